@@ -1,0 +1,65 @@
+"""The public functions the CLI and the Ansible modules share (one entry, no logic duplicated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpustack_operator.discovery.detect import NodeDetection, detect_document, detect_node
+from gpustack_operator.host import HostRoot, HostRootError
+from gpustack_operator.manufacturers import parse_manufacturers
+from gpustack_operator.preflight.models import Report
+from gpustack_operator.preflight.run import preflight, unusable_root_report
+from gpustack_operator.settings import Settings, load_settings
+
+CONTAINER_HOST_ROOT = "/host"
+
+
+def default_host_root() -> str:
+    """``/host`` when the node's root is mounted there (the container shape), else ``/``.
+
+    A directory merely named ``/host`` does not count: it must look like a root (``proc``, ``sys``).
+    """
+    candidate = Path(CONTAINER_HOST_ROOT)
+    if (candidate / "proc").is_dir() and (candidate / "sys").is_dir():
+        return CONTAINER_HOST_ROOT
+    return "/"
+
+
+@dataclass(frozen=True)
+class Request:
+    host_root: str
+    manufacturers: list[str]
+    settings: Settings
+
+
+def make_request(
+    host_root: str | None, manufacturers: list[str] | None, settings: Settings | None = None
+) -> Request:
+    """Validate what a caller asked for. Raises ``UnknownManufacturerError`` / ``SettingsError``."""
+    return Request(
+        host_root=host_root or default_host_root(),
+        manufacturers=parse_manufacturers(manufacturers),
+        settings=settings or load_settings(),
+    )
+
+
+def run_detect(req: Request) -> NodeDetection:
+    """One detection pass. Raises ``HostRootError`` when the host root is unusable."""
+    return detect_node(HostRoot(req.host_root), req.manufacturers, req.settings)
+
+
+def detect(req: Request) -> dict[str, object]:
+    """The ``device-manager detect`` document."""
+    return detect_document(run_detect(req))
+
+
+def run_preflight(req: Request, dry_run: bool = False) -> Report:
+    """The preflight report. Never raises for what the host holds: an unusable host root is every
+    manufacturer ``unavailable`` with the reason, and the document is still produced."""
+    del dry_run  # nothing this version does writes to the host; the flag is accepted for the CLI
+    try:
+        host = HostRoot(req.host_root)
+    except HostRootError as exc:
+        return unusable_root_report(req.manufacturers, str(exc))
+    return preflight(detect_node(host, req.manufacturers, req.settings))

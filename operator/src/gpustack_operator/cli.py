@@ -1,0 +1,122 @@
+"""``gpustack-operator`` — the single command-line entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import yaml
+
+from gpustack_operator import __version__, api
+from gpustack_operator.host import HostRootError
+from gpustack_operator.manufacturers import NAMES, UnknownManufacturerError
+from gpustack_operator.settings import SettingsError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host-root",
+        metavar="PATH",
+        help="where the node's / is mounted (default: /host when the node's root is mounted "
+        "there, otherwise /)",
+    )
+    p.add_argument(
+        "--manufacturer",
+        action="append",
+        metavar="M",
+        help=f"manufacturer(s) to ask about, repeatable or comma-separated; one of {', '.join(NAMES)} "
+        "(default: all nine)",
+    )
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-v, -vv)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpustack-operator",
+        description="Get accelerator nodes ready for Kubernetes, and prove they are.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    top = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    dm = top.add_parser(
+        "device-manager", aliases=["dm"], help="node-side commands of the Device Manager"
+    )
+    sub = dm.add_subparsers(dest="action", required=True, parser_class=_Parser)
+
+    detect = sub.add_parser(
+        "detect",
+        help="what accelerators are here, in full (a pure read)",
+        description="Detect the node's CPU identity, PCI devices and accelerators, and print the "
+        "node key, the labels the node would carry and the Devices spec groups.",
+    )
+    _add_common(detect)
+    detect.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
+
+    pre = sub.add_parser(
+        "preflight",
+        help="which accelerators this node can serve (exit 1 only for an unavailable answer)",
+        description="Answer, per manufacturer, whether its devices are detected; print one YAML "
+        "document. Exits 1 only when an answer is unavailable.",
+    )
+    _add_common(pre)
+    pre.add_argument("--dry-run", action="store_true", help="print container steps instead of taking them")
+    return parser
+
+
+def _dump_yaml(doc: object) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        req = api.make_request(args.host_root, args.manufacturer)
+    except (UnknownManufacturerError, SettingsError) as exc:
+        parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
+
+    if args.action == "detect":
+        try:
+            result = api.run_detect(req)
+        except HostRootError as exc:
+            print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        from gpustack_operator.discovery.detect import detect_document
+
+        doc = detect_document(result)
+        if args.output == "json":
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            sys.stdout.write(_dump_yaml(doc))
+        for manufacturer, reason in sorted(result.unmeasured.items()):
+            print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
+        return EXIT_FAILED if result.unmeasured else EXIT_OK
+
+    report = api.run_preflight(req, dry_run=args.dry_run)
+    sys.stdout.write(_dump_yaml(report.wire()))
+    failures = report.failures()
+    for failure in failures:
+        print(f"gpustack-operator: preflight: {failure}", file=sys.stderr)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

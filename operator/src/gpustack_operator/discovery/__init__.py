@@ -1,0 +1,1 @@
+"""Discovery: PCI scan, CPU identity, label naming, the detection loop (spec: Device Discovery)."""

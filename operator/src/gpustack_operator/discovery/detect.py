@@ -1,0 +1,117 @@
+"""One detection pass over a node: CPU identity, PCI scan, every asked manufacturer's detector.
+
+This is the pass ``device-manager detect`` prints, the preflight's question 1 reuses, and the
+Ansible facts module returns — one function, so the three cannot drift.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from gpustack_operator.discovery.cpu import CpuIdentity, CpuInfoError, general_node_key_of, read_cpu_identity
+from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
+from gpustack_operator.discovery.pci import PciScan, scan_pci
+from gpustack_operator.host import HostRoot
+from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.manufacturers import REGISTRY
+from gpustack_operator.manufacturers.base import (
+    DetectContext,
+    DetectOutcome,
+    Detected,
+    Resolved,
+    Unmeasured,
+    resolve,
+)
+from gpustack_operator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeDetection:
+    """The result of one pass. ``outcomes`` has an entry for every manufacturer asked about."""
+
+    host_root: str
+    cpu: CpuIdentity | None
+    cpu_error: str | None
+    pci: PciScan
+    resolved: dict[str, Resolved]
+    outcomes: dict[str, DetectOutcome] = field(default_factory=dict)
+
+    @property
+    def groups(self) -> list[DevicesGroup]:
+        return [g for o in self.outcomes.values() if isinstance(o, Detected) for g in o.groups]
+
+    @property
+    def unmeasured(self) -> dict[str, str]:
+        return {m: o.reason for m, o in self.outcomes.items() if isinstance(o, Unmeasured)}
+
+    @property
+    def general_node_key(self) -> str:
+        return general_node_key_of(self.cpu)
+
+    def labels(self) -> dict[str, str]:
+        """The labels this node would carry: NFD's prediction with the Device Manager's on top."""
+        vendors = [resolve(m.identity).pci for m in REGISTRY.values()]
+        return node_labels(nfd_labels(self.pci, self.cpu, vendors), acceleratable_labels(self.groups))
+
+
+def resolve_manufacturers(names: list[str]) -> dict[str, Resolved]:
+    """Apply each manufacturer's environment overrides (raises ``SettingsError`` on a bad one)."""
+    return {name: resolve(REGISTRY[name].identity) for name in names}
+
+
+def detect_node(
+    host: HostRoot,
+    manufacturers: list[str],
+    settings: Settings,
+    no_pci_check: bool = False,
+) -> NodeDetection:
+    """Run one pass. Never raises for what the host holds: a detector that fails or crashes is
+    reported as unmeasured for that manufacturer alone."""
+    resolved = resolve_manufacturers(manufacturers)
+    cpu: CpuIdentity | None = None
+    cpu_error: str | None = None
+    try:
+        cpu = read_cpu_identity(host)
+    except CpuInfoError as exc:
+        cpu_error = f"CPU identity could not be read: {exc}"
+        log.warning("%s", cpu_error)
+    pci = scan_pci(host)
+    result = NodeDetection(host_root=str(host.root), cpu=cpu, cpu_error=cpu_error, pci=pci, resolved=resolved)
+    for name in manufacturers:
+        ctx = DetectContext(
+            host=host, pci=pci, settings=settings, manufacturer=resolved[name], no_pci_check=no_pci_check
+        )
+        try:
+            outcome = REGISTRY[name].detect(ctx)
+        except Exception as exc:  # the panic guard: one vendor's crash never takes the others down
+            log.exception("the %s detector crashed", name)
+            outcome = Unmeasured(f"the {name} detector crashed: {type(exc).__name__}: {exc}")
+        result.outcomes[name] = outcome
+    return result
+
+
+def detect_document(result: NodeDetection) -> dict[str, object]:
+    """The ``device-manager detect`` document: ``node`` and ``groups`` (Devices ``spec.groups``)."""
+    node: dict[str, object] = {"hostRoot": result.host_root}
+    if result.cpu is not None:
+        cpu = result.cpu
+        node["cpu"] = {
+            "vendor_id": cpu.vendor_id,
+            "family": cpu.family,
+            "id": cpu.id,
+            "name": cpu.name,
+            "cores": cpu.cores,
+            "threads": cpu.threads,
+            "arch": cpu.arch,
+        }
+    else:
+        node["cpu"] = None
+        node["cpuError"] = result.cpu_error
+    node["generalNodeKey"] = result.general_node_key
+    node["labels"] = result.labels()
+    if result.unmeasured:
+        node["unmeasured"] = dict(sorted(result.unmeasured.items()))
+    return {"node": node, "groups": [g.wire() for g in result.groups]}

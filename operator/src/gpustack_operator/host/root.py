@@ -1,0 +1,173 @@
+"""The host root: every read of the node goes through it.
+
+A detection runs in one of three places: directly on a node (root ``/``), inside the Device Manager
+container with the node's filesystem bind-mounted at ``/host``, or in a test against a fixture tree.
+In all three the code asks for *host* paths (``/sys/bus/pci/devices``) and this class maps them onto
+the tree, resolving each component the way the kernel would inside a ``chroot`` to that tree:
+
+* a relative symlink is followed from the directory that holds it (sysfs is made of them:
+  ``/sys/bus/pci/devices/<bdf>`` points at ``../../../devices/pci0000:00/...``);
+* an absolute symlink target is re-rooted at the host root, never at the machine running the check;
+* ``..`` at the root stays at the root, so no path or link can escape the tree;
+* more than 40 links in one walk is ``ELOOP``, as in the kernel.
+
+Reads are capped (sysfs files are small; the spec caps interface reads at 64 KiB) so a garbled or
+hostile file cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections import deque
+from pathlib import Path
+
+MAX_SYMLINKS = 40
+DEFAULT_READ_LIMIT = 64 * 1024
+
+
+class HostRootError(Exception):
+    """The host root itself is unusable (missing, not a directory)."""
+
+
+class HostPathError(OSError):
+    """A host path could not be resolved or read; carries the host path and the OS reason."""
+
+    def __init__(self, host_path: str, err: int, reason: str | None = None) -> None:
+        super().__init__(err, reason or os.strerror(err))
+        self.host_path = host_path
+
+    def __str__(self) -> str:
+        return f"{self.host_path}: {self.strerror}"
+
+
+class HostRoot:
+    """A node's filesystem, rooted at ``root`` (``/`` on the node itself)."""
+
+    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+        path = Path(root)
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise HostRootError(
+                f"host root {str(root)!r} cannot be used: {exc.strerror}; "
+                "pass --host-root with the directory the node's / is mounted at"
+            ) from exc
+        if not stat.S_ISDIR(st.st_mode):
+            raise HostRootError(
+                f"host root {str(root)!r} is not a directory; "
+                "pass --host-root with the directory the node's / is mounted at"
+            )
+        self.root = path.resolve()
+
+    def __repr__(self) -> str:
+        return f"HostRoot({str(self.root)!r})"
+
+    @property
+    def is_live(self) -> bool:
+        """True when the root is this machine's own ``/``."""
+        return self.root == Path("/")
+
+    # -- resolution ----------------------------------------------------------------------------
+
+    def canonical(self, host_path: str) -> str:
+        """The host path with every symlink resolved, e.g. ``/sys/devices/pci0000:00/0000:00:01.0``.
+
+        Components that do not exist are kept as given, so the result can be used to report what was
+        looked for. Raises :class:`HostPathError` (``ELOOP``) on a symlink loop.
+        """
+        parts: list[str] = []
+        pending: deque[str] = deque(_split(host_path))
+        links = 0
+        while pending:
+            comp = pending.popleft()
+            if comp in ("", "."):
+                continue
+            if comp == "..":
+                if parts:
+                    parts.pop()
+                continue
+            candidate = [*parts, comp]
+            disk = self.root.joinpath(*candidate)
+            try:
+                st = os.lstat(disk)
+            except FileNotFoundError:
+                parts = candidate
+                continue
+            except NotADirectoryError:
+                raise HostPathError(host_path, errno.ENOTDIR) from None
+            except OSError as exc:
+                raise HostPathError(host_path, exc.errno or errno.EIO) from None
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise HostPathError(host_path, errno.ELOOP)
+                target = os.readlink(disk)
+                if target.startswith("/"):
+                    parts = []
+                pending.extendleft(reversed(_split(target)))
+                continue
+            parts = candidate
+        return "/" + "/".join(parts)
+
+    def path(self, host_path: str) -> Path:
+        """The on-disk path (inside the root) that ``host_path`` resolves to."""
+        canonical = self.canonical(host_path)
+        return self.root.joinpath(canonical.lstrip("/")) if canonical != "/" else self.root
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def exists(self, host_path: str) -> bool:
+        try:
+            return self.path(host_path).exists()
+        except HostPathError:
+            return False
+
+    def is_dir(self, host_path: str) -> bool:
+        try:
+            return self.path(host_path).is_dir()
+        except HostPathError:
+            return False
+
+    def read_text(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> str:
+        """Read a (small) text file; raises :class:`HostPathError` naming the host path."""
+        disk = self.path(host_path)
+        try:
+            with open(disk, "rb") as fh:
+                data = fh.read(limit + 1)
+        except OSError as exc:
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+        if len(data) > limit:
+            raise HostPathError(host_path, errno.EFBIG, f"larger than the {limit}-byte read cap")
+        return data.decode("utf-8", errors="replace")
+
+    def read_optional(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> str | None:
+        """Like :meth:`read_text`, but an absent file is ``None`` (other failures still raise)."""
+        try:
+            return self.read_text(host_path, limit)
+        except HostPathError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+
+    def listdir(self, host_path: str) -> list[str]:
+        """Sorted entry names of a host directory; raises :class:`HostPathError`."""
+        disk = self.path(host_path)
+        try:
+            return sorted(os.listdir(disk))
+        except OSError as exc:
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+
+    def readlink(self, host_path: str) -> str | None:
+        """The raw target of a symlink (its last component only is not followed), or ``None``."""
+        parent, _, name = host_path.rstrip("/").rpartition("/")
+        disk = self.path(parent or "/") / name
+        try:
+            return os.readlink(disk)
+        except OSError:
+            return None
+
+
+def _split(path: str) -> list[str]:
+    return [p for p in path.split("/") if p]

@@ -1,0 +1,53 @@
+"""The manufacturer registry: one line per manufacturer, one folder each."""
+
+from __future__ import annotations
+
+from gpustack_operator.manufacturers import (
+    amd,
+    ascend,
+    cambricon,
+    hygon,
+    iluvatar,
+    metax,
+    mthreads,
+    nvidia,
+    thead,
+)
+from gpustack_operator.manufacturers.base import Manufacturer
+
+REGISTRY: dict[str, Manufacturer] = {
+    m.MANUFACTURER.name: m.MANUFACTURER
+    for m in (amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead)
+}
+
+NAMES: tuple[str, ...] = tuple(sorted(REGISTRY))
+
+
+class UnknownManufacturerError(ValueError):
+    pass
+
+
+def parse_manufacturers(values: list[str] | None) -> list[str]:
+    """``--manufacturer`` values (repeatable, comma-separated, any case) → sorted known names.
+
+    No value means all nine. An unknown name is refused with the list of known ones.
+    """
+    if not values:
+        return list(NAMES)
+    chosen: set[str] = set()
+    for value in values:
+        for item in value.split(","):
+            name = item.strip().lower().replace("_", "-")
+            if not name:
+                continue
+            name = {"t-head": "thead", "moorethreads": "mthreads", "moore-threads": "mthreads"}.get(
+                name, name
+            )
+            if name not in REGISTRY:
+                raise UnknownManufacturerError(
+                    f"unknown manufacturer {item.strip()!r}; choose from {', '.join(NAMES)}"
+                )
+            chosen.add(name)
+    if not chosen:
+        raise UnknownManufacturerError(f"no manufacturer named; choose from {', '.join(NAMES)}")
+    return sorted(chosen)

@@ -1,0 +1,21 @@
+"""AMD: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
+
+from gpustack_operator.manufacturers.base import Identity
+
+IDENTITY = Identity(
+    name="amd",
+    display_name="AMD",
+    pci_vendor_id="1002",
+    resource_name="amd.com/gpu",
+    runtime_name="amd",
+    accelerator_classes=("03",),
+    partition_kind=None,
+    products={
+        "74a1": "AMD Instinct MI300X",
+        "740f": "AMD Instinct MI210",
+        "740c": "AMD Instinct MI250X/MI250",
+        "738c": "AMD Instinct MI100",
+        "744c": "AMD Radeon RX 7900 XTX",
+        "747e": "AMD Radeon RX 7800 XT",
+    },
+)

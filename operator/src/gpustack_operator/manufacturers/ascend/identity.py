@@ -1,0 +1,19 @@
+"""Ascend: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
+
+from gpustack_operator.manufacturers.base import Identity
+
+IDENTITY = Identity(
+    name="ascend",
+    display_name="Ascend",
+    pci_vendor_id="19e5",
+    resource_name="huawei.com/npu",
+    runtime_name="ascend",
+    accelerator_classes=("12",),
+    partition_kind=None,
+    products={
+        "d100": "Ascend310",
+        "d500": "Ascend310P",
+        "d801": "Ascend910",
+        "d802": "Ascend910B",
+    },
+)

@@ -1,0 +1,16 @@
+"""Cambricon: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
+
+from gpustack_operator.manufacturers.base import Identity
+
+IDENTITY = Identity(
+    name="cambricon",
+    display_name="Cambricon",
+    pci_vendor_id="cabc",
+    resource_name="cambricon.com/mlu",
+    runtime_name="cambricon",
+    accelerator_classes=("12", "03", "0b"),
+    partition_kind=None,
+    products={
+        "0370": "MLU370",
+    },
+)

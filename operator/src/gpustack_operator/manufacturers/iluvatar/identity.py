@@ -1,0 +1,14 @@
+"""Iluvatar: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
+
+from gpustack_operator.manufacturers.base import Identity
+
+IDENTITY = Identity(
+    name="iluvatar",
+    display_name="Iluvatar",
+    pci_vendor_id="1e3e",
+    resource_name="iluvatar.com/gpu",
+    runtime_name="iluvatar",
+    accelerator_classes=("03", "0b", "12"),
+    partition_kind=None,
+    products={},
+)

@@ -1,0 +1,14 @@
+"""MetaX: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
+
+from gpustack_operator.manufacturers.base import Identity
+
+IDENTITY = Identity(
+    name="metax",
+    display_name="MetaX",
+    pci_vendor_id="9999",
+    resource_name="metax-tech.com/gpu",
+    runtime_name="metax",
+    accelerator_classes=("03", "0b", "12"),
+    partition_kind=None,
+    products={},
+)

@@ -1,0 +1,14 @@
+"""MThreads: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
+
+from gpustack_operator.manufacturers.base import Identity
+
+IDENTITY = Identity(
+    name="mthreads",
+    display_name="MThreads",
+    pci_vendor_id="1ed5",
+    resource_name="mthreads.com/gpu",
+    runtime_name="mthreads",
+    accelerator_classes=("03", "0b", "12"),
+    partition_kind=None,
+    products={},
+)

@@ -1,0 +1,1 @@
+"""``device-manager preflight``: three questions, three states, three depths (spec: Preflight)."""

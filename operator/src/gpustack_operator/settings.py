@@ -1,0 +1,127 @@
+"""Every ``GPUSTACK_*`` deploy-time variable the Device Manager reads, in one place (supplement §4).
+
+Read once per process through :func:`get_settings`; tests build :class:`Settings` directly. A value
+that cannot be parsed is a :class:`SettingsError` naming the variable and what it accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from pydantic import BaseModel, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PCI_CLASS_PREFIXES: tuple[str, ...] = ("02", "03", "0b", "12")
+
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+class SettingsError(ValueError):
+    """A ``GPUSTACK_*`` variable holds a value this program cannot use."""
+
+
+def parse_pci_class_prefixes(raw: str | None) -> tuple[str, ...]:
+    """``GPUSTACK_PCI_CLASS_PREFIXES``: split on ``,``, trim, drop empties; empty → the default.
+
+    Entries are hex class prefixes (``03``, ``0b40``); an optional ``0x`` is accepted. Anything else
+    is refused rather than silently matching nothing.
+    """
+    if raw is None:
+        return DEFAULT_PCI_CLASS_PREFIXES
+    out: list[str] = []
+    for item in raw.split(","):
+        entry = item.strip().lower().removeprefix("0x")
+        if not entry:
+            continue
+        if not _HEX.match(entry) or len(entry) > 6:
+            raise SettingsError(
+                f"GPUSTACK_PCI_CLASS_PREFIXES: {item.strip()!r} is not a PCI class prefix; "
+                "use comma-separated hex prefixes such as 02,03,0b,12"
+            )
+        out.append(entry)
+    return tuple(out) or DEFAULT_PCI_CLASS_PREFIXES
+
+
+class PciVendorMatch(BaseModel):
+    """A manufacturer's PCI identity: a vendor id, optionally narrowed to one class prefix."""
+
+    vendor: str
+    class_prefix: str | None = None
+
+    @classmethod
+    def parse(cls, raw: str, variable: str) -> PciVendorMatch:
+        """``${vendor}`` or ``${class}_${vendor}`` (e.g. ``10de`` or ``0302_10de``)."""
+        text = raw.strip().lower()
+        klass, sep, vendor = text.rpartition("_")
+        vendor = vendor.removeprefix("0x")
+        klass = klass.removeprefix("0x")
+        if not _HEX.match(vendor) or len(vendor) != 4 or (sep and (not klass or not _HEX.match(klass))):
+            raise SettingsError(
+                f"{variable}: {raw!r} is not a PCI vendor id; use 4 hex digits (10de) "
+                "or <class>_<vendor> (0302_10de)"
+            )
+        return cls(vendor=vendor, class_prefix=klass or None)
+
+    def label(self) -> str:
+        """The NFD label suffix (``10de`` or ``0302_10de``)."""
+        return f"{self.class_prefix}_{self.vendor}" if self.class_prefix else self.vendor
+
+
+class Settings(BaseSettings):
+    """Deploy-time variables (supplement §4.3)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUSTACK_", extra="ignore")
+
+    data_dir: str = "/var/lib/gpustack"
+    conf_dir: str = "/etc/gpustack"
+    # Kept as the raw strings and parsed by the spec's own rules (an empty value means the default;
+    # only the exact string "true" turns the memory suffix on).
+    pci_class_prefixes: str | None = None
+    devices_group_id_with_memory: str | None = None
+
+    @field_validator("pci_class_prefixes")
+    @classmethod
+    def _check_prefixes(cls, value: str | None) -> str | None:
+        parse_pci_class_prefixes(value)
+        return value
+
+    @property
+    def class_prefixes(self) -> tuple[str, ...]:
+        return parse_pci_class_prefixes(self.pci_class_prefixes)
+
+    @property
+    def group_id_with_memory(self) -> bool:
+        """True only for the exact string ``true`` (supplement §4.3 parsing note)."""
+        return self.devices_group_id_with_memory == "true"
+
+
+class ManufacturerOverrides(BaseSettings):
+    """``GPUSTACK_${MANUFACTURER}_*`` overrides (supplement §4.4); built per manufacturer."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    pci_vendor_id: str | None = None
+    acceleratable_resource_name: str | None = None
+    acceleratable_runtime_name: str | None = None
+    partition_kind: str | None = None
+    device_injection_strategy: str | None = None
+
+
+def manufacturer_overrides(manufacturer: str) -> ManufacturerOverrides:
+    prefix = f"GPUSTACK_{manufacturer.upper()}_"
+    return ManufacturerOverrides(_env_prefix=prefix)  # type: ignore[call-arg]
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        messages = "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in exc.errors())
+        raise SettingsError(messages) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()
