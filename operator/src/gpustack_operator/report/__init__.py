@@ -1,0 +1,1 @@
+"""Fleet reports: many hosts' preflight documents aggregated on the controller."""

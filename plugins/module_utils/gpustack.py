@@ -1,0 +1,53 @@
+# -*- coding: utf-8 -*-
+# Copyright: GPUStack operator team
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Shared glue for the gpustack.accelerators modules: importing the package, common options."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import traceback
+
+from ansible.module_utils.basic import missing_required_lib
+
+try:
+    from gpustack_operator import api as gpustack_api  # noqa: F401
+
+    HAS_GPUSTACK = True
+    GPUSTACK_IMPORT_ERROR = None
+except ImportError:
+    gpustack_api = None
+    HAS_GPUSTACK = False
+    GPUSTACK_IMPORT_ERROR = traceback.format_exc()
+
+INSTALL_HINT = (
+    "install it into the Python interpreter Ansible uses on this host "
+    "(pip install gpustack-operator, or the gpustack.accelerators.install role), "
+    "or point ansible_python_interpreter at an environment that has it"
+)
+
+COMMON_ARGS = dict(
+    host_root=dict(type="path"),
+    manufacturers=dict(type="list", elements="str"),
+)
+
+
+def require_gpustack(module):
+    """Fail the task with the install hint when the package is not importable on the target."""
+    if not HAS_GPUSTACK:
+        module.fail_json(
+            msg=missing_required_lib("gpustack-operator", reason=INSTALL_HINT),
+            exception=GPUSTACK_IMPORT_ERROR,
+        )
+
+
+def make_request(module):
+    """Validate host_root/manufacturers the way the CLI does; fail the task on a bad value."""
+    from gpustack_operator.manufacturers import UnknownManufacturerError
+    from gpustack_operator.settings import SettingsError
+
+    try:
+        return gpustack_api.make_request(module.params.get("host_root"), module.params.get("manufacturers"))
+    except (UnknownManufacturerError, SettingsError) as exc:
+        module.fail_json(msg=str(exc))
