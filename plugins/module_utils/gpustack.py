@@ -1,18 +1,13 @@
-# -*- coding: utf-8 -*-
 # Copyright: GPUStack operator team
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Shared glue for the gpustack.accelerators modules: importing the package, common options."""
-
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
 
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
 try:
-    from gpustack_operator import api as gpustack_api  # noqa: F401
+    from gpustack_operator import api as gpustack_api
 
     HAS_GPUSTACK = True
     GPUSTACK_IMPORT_ERROR = None

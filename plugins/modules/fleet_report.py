@@ -1,11 +1,7 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: GPUStack operator team
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
@@ -100,11 +96,16 @@ def main():
 
     hosts, results = module.params["hosts"], module.params["results"]
     if len(hosts) != len(results):
-        module.fail_json(msg="hosts and results must align: %d hosts, %d results" % (len(hosts), len(results)))
+        module.fail_json(
+            msg="hosts and results must align: %d hosts, %d results" % (len(hosts), len(results))
+        )
     pairs = []
     for host, result in zip(hosts, results):
         if result is not None and not isinstance(result, dict):
-            module.fail_json(msg="the result for %s is a %s, not a registered preflight result" % (host, type(result).__name__))
+            module.fail_json(
+                msg="the result for %s is a %s, not a registered preflight result"
+                % (host, type(result).__name__)
+            )
         pairs.append((host, result))
     try:
         report = fleet.build(pairs)

@@ -1,11 +1,7 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: GPUStack operator team
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
@@ -24,11 +20,13 @@ options:
   host_root:
     description:
       - Directory the node's root filesystem is reached at.
-      - Defaults to C(/host) when the node's root is mounted there, otherwise C(/).
+      - Defaults to the host's C(gpustack_host_root) inventory variable when set, else C(/host)
+        when the node's root is mounted there, otherwise C(/).
     type: path
   manufacturers:
     description:
-      - Manufacturers to preflight; default all nine. Each one asked is reported.
+      - Manufacturers to preflight; defaults to the host's C(gpustack_manufacturers) inventory
+        variable when set, else all nine. Each one asked is reported.
     type: list
     elements: str
     choices: [amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead]

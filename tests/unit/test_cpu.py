@@ -1,15 +1,16 @@
 """CPU identity → NFD labels → general node key (reference-rules §1, with the spec's examples)."""
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+import contextlib
 
+import pytest
 from gpustack_operator.discovery.cpu import (
     CpuInfoError,
     general_node_key,
     identity_from_cpuinfo,
     parse_cpuinfo,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(
@@ -59,27 +60,38 @@ flags\t\t: fpu vme de pse {extra}
 
 def _x86(vendor: str, family: int, model: int, name: str, extra: str = "") -> str:
     return "".join(
-        X86_BLOCK.format(n=n, vendor=vendor, family=family, model=model, name=name, phys=0, core=n % 2,
-                         extra=extra)
+        X86_BLOCK.format(
+            n=n, vendor=vendor, family=family, model=model, name=name, phys=0, core=n % 2, extra=extra
+        )
         for n in range(4)
     )
 
 
 def test_x86_identity_counts_cores_and_threads() -> None:
-    ident = identity_from_cpuinfo(parse_cpuinfo(_x86("AuthenticAMD", 25, 1, "AMD EPYC 7763 64-Core Processor")))
+    ident = identity_from_cpuinfo(
+        parse_cpuinfo(_x86("AuthenticAMD", 25, 1, "AMD EPYC 7763 64-Core Processor"))
+    )
     assert (ident.vendor_id, ident.family, ident.id, ident.cores, ident.threads) == ("AMD", "25", "1", 2, 4)
     assert not ident.hypervisor
 
 
-@pytest.mark.parametrize(("raw", "nfd"), [("GenuineIntel", "Intel"), ("HygonGenuine", "Hygon"),
-                                          ("CentaurHauls", "VIA"), ("  Shanghai  ", "VendorUnknown")])
+@pytest.mark.parametrize(
+    ("raw", "nfd"),
+    [
+        ("GenuineIntel", "Intel"),
+        ("HygonGenuine", "Hygon"),
+        ("CentaurHauls", "VIA"),
+        ("  Shanghai  ", "VendorUnknown"),
+    ],
+)
 def test_x86_vendor_names_follow_cpuid(raw: str, nfd: str) -> None:
     assert identity_from_cpuinfo(parse_cpuinfo(_x86(raw, 6, 1, "x"))).vendor_id == nfd
 
 
 def test_vm_flag() -> None:
-    ident = identity_from_cpuinfo(parse_cpuinfo(_x86("GenuineIntel", 6, 106, "Intel Xeon Processor (Icelake)",
-                                                     "hypervisor")))
+    ident = identity_from_cpuinfo(
+        parse_cpuinfo(_x86("GenuineIntel", 6, 106, "Intel Xeon Processor (Icelake)", "hypervisor"))
+    )
     assert ident.hypervisor
 
 
@@ -109,12 +121,15 @@ def test_arm_identity_matches_cpuid(impl, variant, part, rev, vendor, family, mo
 
 
 def test_arm_prefers_midr() -> None:
-    ident = identity_from_cpuinfo(parse_cpuinfo(ARM.format(impl="0x41", variant="0x3", part="0xd0c", rev="1")),
-                                  midr=0x413FD0C1)
+    ident = identity_from_cpuinfo(
+        parse_cpuinfo(ARM.format(impl="0x41", variant="0x3", part="0xd0c", rev="1")), midr=0x413FD0C1
+    )
     assert (ident.family, ident.id) == ("63", "53441")
 
 
-@pytest.mark.parametrize("text", ["", "garbage without colon\n", "processor : 0\ncpu family : six\nvendor_id : x\n"])
+@pytest.mark.parametrize(
+    "text", ["", "garbage without colon\n", "processor : 0\ncpu family : six\nvendor_id : x\n"]
+)
 def test_garbled_cpuinfo_is_a_clear_error(text: str) -> None:
     with pytest.raises(CpuInfoError):
         identity_from_cpuinfo(parse_cpuinfo(text))
@@ -122,7 +137,5 @@ def test_garbled_cpuinfo_is_a_clear_error(text: str) -> None:
 
 @given(st.text())
 def test_cpuinfo_parser_never_crashes_unexpectedly(text: str) -> None:
-    try:
+    with contextlib.suppress(CpuInfoError):
         identity_from_cpuinfo(parse_cpuinfo(text))
-    except CpuInfoError:
-        pass

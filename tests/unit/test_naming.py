@@ -1,9 +1,8 @@
 """Naming rules, with the reference implementation's own examples (reference-rules §1–§3)."""
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+import itertools
 
+import pytest
 from gpustack_operator.discovery.naming import (
     format_binary_si,
     format_memory_suffix,
@@ -12,6 +11,8 @@ from gpustack_operator.discovery.naming import (
     sanitize_label_value,
     strip_cpu_cruft,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(
@@ -44,15 +45,25 @@ def test_group_id_with_memory() -> None:
 
 @pytest.mark.parametrize(
     ("mib", "expected"),
-    [(15360, "15Gi"), (16368, "16Gi"), (196608, "192Gi"), (512, "512Mi"), (0, "0"), (1536, "2Gi"),
-     (81559, "80Gi"), (1048576, "1Ti")],
+    [
+        (15360, "15Gi"),
+        (16368, "16Gi"),
+        (196608, "192Gi"),
+        (512, "512Mi"),
+        (0, "0"),
+        (1536, "2Gi"),
+        (81559, "80Gi"),
+        (1048576, "1Ti"),
+    ],
 )
 def test_binary_si(mib: int, expected: str) -> None:
     assert format_binary_si(mib) == expected
 
 
 def test_non_strip_dedup_runs_on_the_sanitized_stream() -> None:
-    assert normalize_name("Intel(R) Core(TM) i9-14900K", "intel", 50, strip_cruft=False) == "r-coretm-i9-14900k"
+    assert (
+        normalize_name("Intel(R) Core(TM) i9-14900K", "intel", 50, strip_cruft=False) == "r-coretm-i9-14900k"
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,9 +81,16 @@ def test_strip_cpu_cruft(raw: str, expected: str) -> None:
     assert strip_cpu_cruft(raw) == expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [("Tesla T4", "Tesla-T4"), ("--a  b--", "a-b"),
-                                                  ("535.104.05", "535.104.05"), ("x" * 80, "x" * 63),
-                                                  ("AMD Instinct MI250X/MI250", "AMD-Instinct-MI250XMI250")])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("Tesla T4", "Tesla-T4"),
+        ("--a  b--", "a-b"),
+        ("535.104.05", "535.104.05"),
+        ("x" * 80, "x" * 63),
+        ("AMD Instinct MI250X/MI250", "AMD-Instinct-MI250XMI250"),
+    ],
+)
 def test_sanitize_label_value(value: str, expected: str) -> None:
     assert sanitize_label_value(value) == expected
 
@@ -80,15 +98,16 @@ def test_sanitize_label_value(value: str, expected: str) -> None:
 SEPS = set("-_.")
 
 
-@given(st.text(), st.sampled_from(["", "amd", "intel", "nvidia", "generic"]), st.integers(-1, 80),
-       st.booleans())
+@given(
+    st.text(), st.sampled_from(["", "amd", "intel", "nvidia", "generic"]), st.integers(-1, 80), st.booleans()
+)
 def test_normalize_name_is_always_label_safe(name: str, prefix: str, budget: int, strip: bool) -> None:
     out = normalize_name(name, prefix, budget, strip)
     assert all(c.islower() or c.isdigit() or c in SEPS for c in out)
     assert out.isascii()
     if out:
         assert out[0] not in SEPS and out[-1] not in SEPS
-        assert not any(a in SEPS and b in SEPS for a, b in zip(out, out[1:], strict=False))
+        assert not any(a in SEPS and b in SEPS for a, b in itertools.pairwise(out))
     if budget > 0:
         assert len(out) <= budget
 

@@ -1,9 +1,6 @@
 """GPUSTACK_* parsing (supplement §4.3–4.4)."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import resolve
 from gpustack_operator.settings import (
@@ -14,19 +11,26 @@ from gpustack_operator.settings import (
     load_settings,
     parse_pci_class_prefixes,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [(None, DEFAULT_PCI_CLASS_PREFIXES), ("", DEFAULT_PCI_CLASS_PREFIXES), (" , ,", DEFAULT_PCI_CLASS_PREFIXES),
-     ("03", ("03",)), (" 03 , 0x12,0B40 ", ("03", "12", "0b40"))],
+    [
+        (None, DEFAULT_PCI_CLASS_PREFIXES),
+        ("", DEFAULT_PCI_CLASS_PREFIXES),
+        (" , ,", DEFAULT_PCI_CLASS_PREFIXES),
+        ("03", ("03",)),
+        (" 03 , 0x12,0B40 ", ("03", "12", "0b40")),
+    ],
 )
 def test_class_prefixes(raw: str | None, expected: tuple[str, ...]) -> None:
     assert parse_pci_class_prefixes(raw) == expected
 
 
 def test_bad_class_prefix_names_the_variable() -> None:
-    with pytest.raises(SettingsError, match="GPUSTACK_PCI_CLASS_PREFIXES.*'zz'"):
+    with pytest.raises(SettingsError, match=r"GPUSTACK_PCI_CLASS_PREFIXES.*'zz'"):
         parse_pci_class_prefixes("03,zz")
 
 
@@ -43,8 +47,10 @@ def test_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings(devices_group_id_with_memory="true").group_id_with_memory
 
 
-@pytest.mark.parametrize(("raw", "vendor", "klass"), [("10de", "10de", None), ("0302_10DE", "10de", "0302"),
-                                                       ("0x1002", "1002", None)])
+@pytest.mark.parametrize(
+    ("raw", "vendor", "klass"),
+    [("10de", "10de", None), ("0302_10DE", "10de", "0302"), ("0x1002", "1002", None)],
+)
 def test_vendor_match(raw: str, vendor: str, klass: str | None) -> None:
     m = PciVendorMatch.parse(raw, "X")
     assert (m.vendor, m.class_prefix) == (vendor, klass)
@@ -62,14 +68,20 @@ def test_manufacturer_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUSTACK_THEAD_ACCELERATABLE_RUNTIME_NAME", "ppu")
     nv = resolve(REGISTRY["nvidia"].identity)
     assert (nv.pci.vendor, nv.pci.class_prefix, nv.resource_name, nv.runtime_name) == (
-        "10de", "0302", "example.com/gpu", "nvidia")
+        "10de",
+        "0302",
+        "example.com/gpu",
+        "nvidia",
+    )
     assert resolve(REGISTRY["thead"].identity).runtime_name == "ppu"
     assert resolve(REGISTRY["thead"].identity).resource_name == "alibabacloud.com/ppu"
 
 
 def test_defaults_table() -> None:
-    table = {n: (m.identity.pci_vendor_id, m.identity.resource_name, m.identity.runtime_name)
-             for n, m in REGISTRY.items()}
+    table = {
+        n: (m.identity.pci_vendor_id, m.identity.resource_name, m.identity.runtime_name)
+        for n, m in REGISTRY.items()
+    }
     assert table == {
         "amd": ("1002", "amd.com/gpu", "amd"),
         "ascend": ("19e5", "huawei.com/npu", "ascend"),

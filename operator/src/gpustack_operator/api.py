@@ -5,9 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpustack_operator.discovery.detect import NodeDetection, detect_document, detect_node
+from gpustack_operator.discovery.detect import (
+    NodeDetection,
+    detect_document,
+    detect_node,
+    resolve_manufacturers,
+)
 from gpustack_operator.host import HostRoot, HostRootError
 from gpustack_operator.manufacturers import parse_manufacturers
+from gpustack_operator.manufacturers.base import Resolved
 from gpustack_operator.preflight.models import Report
 from gpustack_operator.preflight.run import preflight, unusable_root_report
 from gpustack_operator.settings import Settings, load_settings
@@ -31,22 +37,25 @@ class Request:
     host_root: str
     manufacturers: list[str]
     settings: Settings
+    resolved: dict[str, Resolved]
 
 
 def make_request(
     host_root: str | None, manufacturers: list[str] | None, settings: Settings | None = None
 ) -> Request:
     """Validate what a caller asked for. Raises ``UnknownManufacturerError`` / ``SettingsError``."""
+    names = parse_manufacturers(manufacturers)
     return Request(
         host_root=host_root or default_host_root(),
-        manufacturers=parse_manufacturers(manufacturers),
+        manufacturers=names,
         settings=settings or load_settings(),
+        resolved=resolve_manufacturers(names),
     )
 
 
 def run_detect(req: Request) -> NodeDetection:
     """One detection pass. Raises ``HostRootError`` when the host root is unusable."""
-    return detect_node(HostRoot(req.host_root), req.manufacturers, req.settings)
+    return detect_node(HostRoot(req.host_root), req.resolved, req.settings)
 
 
 def detect(req: Request) -> dict[str, object]:
@@ -62,4 +71,4 @@ def run_preflight(req: Request, dry_run: bool = False) -> Report:
         host = HostRoot(req.host_root)
     except HostRootError as exc:
         return unusable_root_report(req.manufacturers, str(exc))
-    return preflight(detect_node(host, req.manufacturers, req.settings))
+    return preflight(detect_node(host, req.resolved, req.settings))

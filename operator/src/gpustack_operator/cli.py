@@ -12,6 +12,7 @@ from typing import NoReturn
 import yaml
 
 from gpustack_operator import __version__, api
+from gpustack_operator.discovery.detect import detect_document
 from gpustack_operator.host import HostRootError
 from gpustack_operator.manufacturers import NAMES, UnknownManufacturerError
 from gpustack_operator.settings import SettingsError
@@ -51,9 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     top = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    dm = top.add_parser(
-        "device-manager", aliases=["dm"], help="node-side commands of the Device Manager"
-    )
+    dm = top.add_parser("device-manager", aliases=["dm"], help="node-side commands of the Device Manager")
     sub = dm.add_subparsers(dest="action", required=True, parser_class=_Parser)
 
     detect = sub.add_parser(
@@ -99,8 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except HostRootError as exc:
             print(f"gpustack-operator: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        from gpustack_operator.discovery.detect import detect_document
-
         doc = detect_document(result)
         if args.output == "json":
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")

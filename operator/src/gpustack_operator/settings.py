@@ -110,7 +110,7 @@ class ManufacturerOverrides(BaseSettings):
 
 def manufacturer_overrides(manufacturer: str) -> ManufacturerOverrides:
     prefix = f"GPUSTACK_{manufacturer.upper()}_"
-    return ManufacturerOverrides(_env_prefix=prefix)  # type: ignore[call-arg]
+    return ManufacturerOverrides(_env_prefix=prefix)
 
 
 def load_settings() -> Settings:

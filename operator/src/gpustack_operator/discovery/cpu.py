@@ -190,8 +190,11 @@ def read_cpu_identity(host: HostRoot) -> CpuIdentity:
         raise CpuInfoError(f"cannot read {exc}") from None
     blocks = parse_cpuinfo(text)
     midr: int | None = None
-    raw_midr = host.read_optional("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1") \
-        if host.exists("/sys/devices/system/cpu/cpu0/regs/identification") else None
+    raw_midr = (
+        host.read_optional("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1")
+        if host.exists("/sys/devices/system/cpu/cpu0/regs/identification")
+        else None
+    )
     if raw_midr:
         try:
             midr = int(raw_midr.strip(), 16)

@@ -17,8 +17,8 @@ from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import (
     DetectContext,
-    DetectOutcome,
     Detected,
+    DetectOutcome,
     Resolved,
     Unmeasured,
     resolve,
@@ -64,13 +64,14 @@ def resolve_manufacturers(names: list[str]) -> dict[str, Resolved]:
 
 def detect_node(
     host: HostRoot,
-    manufacturers: list[str],
+    resolved: dict[str, Resolved],
     settings: Settings,
     no_pci_check: bool = False,
 ) -> NodeDetection:
-    """Run one pass. Never raises for what the host holds: a detector that fails or crashes is
-    reported as unmeasured for that manufacturer alone."""
-    resolved = resolve_manufacturers(manufacturers)
+    """Run one pass over the manufacturers in ``resolved`` (see :func:`resolve_manufacturers`).
+
+    Never raises for what the host holds: a detector that fails or crashes is reported as
+    unmeasured for that manufacturer alone."""
     cpu: CpuIdentity | None = None
     cpu_error: str | None = None
     try:
@@ -80,7 +81,7 @@ def detect_node(
         log.warning("%s", cpu_error)
     pci = scan_pci(host)
     result = NodeDetection(host_root=str(host.root), cpu=cpu, cpu_error=cpu_error, pci=pci, resolved=resolved)
-    for name in manufacturers:
+    for name in sorted(resolved):
         ctx = DetectContext(
             host=host, pci=pci, settings=settings, manufacturer=resolved[name], no_pci_check=no_pci_check
         )

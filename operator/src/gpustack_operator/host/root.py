@@ -13,6 +13,10 @@ the tree, resolving each component the way the kernel would inside a ``chroot`` 
 
 Reads are capped (sysfs files are small; the spec caps interface reads at 64 KiB) so a garbled or
 hostile file cannot exhaust memory.
+
+A ``HostRoot`` is a view for one pass: it remembers what each path component is (file, directory or
+link and its target), because a detection pass resolves the same sysfs prefixes thousands of times.
+Create a new one per pass (the detection loop does) so a changed tree is seen.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class HostRoot:
                 "pass --host-root with the directory the node's / is mounted at"
             )
         self.root = path.resolve()
+        self._root_str = str(self.root).rstrip("/")
+        # disk path -> link target (None when the component is not a symlink); absent entries raise
+        self._lstat: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"HostRoot({str(self.root)!r})"
@@ -88,51 +95,62 @@ class HostRoot:
                 if parts:
                     parts.pop()
                 continue
-            candidate = [*parts, comp]
-            disk = self.root.joinpath(*candidate)
+            parts.append(comp)
             try:
-                st = os.lstat(disk)
+                target = self._link_target(self._root_str + "/" + "/".join(parts))
             except FileNotFoundError:
-                parts = candidate
                 continue
             except NotADirectoryError:
                 raise HostPathError(host_path, errno.ENOTDIR) from None
             except OSError as exc:
                 raise HostPathError(host_path, exc.errno or errno.EIO) from None
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > MAX_SYMLINKS:
-                    raise HostPathError(host_path, errno.ELOOP)
-                target = os.readlink(disk)
-                if target.startswith("/"):
-                    parts = []
-                pending.extendleft(reversed(_split(target)))
+            if target is None:
                 continue
-            parts = candidate
+            parts.pop()
+            links += 1
+            if links > MAX_SYMLINKS:
+                raise HostPathError(host_path, errno.ELOOP)
+            if target.startswith("/"):
+                parts = []
+            pending.extendleft(reversed(_split(target)))
         return "/" + "/".join(parts)
+
+    def _link_target(self, disk: str) -> str | None:
+        """The symlink target of an on-disk path, ``None`` if it is not a link (memoized)."""
+        try:
+            return self._lstat[disk]
+        except KeyError:
+            pass
+        st = os.lstat(disk)
+        target = os.readlink(disk) if stat.S_ISLNK(st.st_mode) else None
+        self._lstat[disk] = target
+        return target
+
+    def _disk(self, host_path: str) -> str:
+        canonical = self.canonical(host_path)
+        return self._root_str + canonical if canonical != "/" else self._root_str or "/"
 
     def path(self, host_path: str) -> Path:
         """The on-disk path (inside the root) that ``host_path`` resolves to."""
-        canonical = self.canonical(host_path)
-        return self.root.joinpath(canonical.lstrip("/")) if canonical != "/" else self.root
+        return Path(self._disk(host_path))
 
     # -- reads ---------------------------------------------------------------------------------
 
     def exists(self, host_path: str) -> bool:
         try:
-            return self.path(host_path).exists()
+            return os.path.exists(self._disk(host_path))
         except HostPathError:
             return False
 
     def is_dir(self, host_path: str) -> bool:
         try:
-            return self.path(host_path).is_dir()
+            return os.path.isdir(self._disk(host_path))
         except HostPathError:
             return False
 
     def read_text(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> str:
         """Read a (small) text file; raises :class:`HostPathError` naming the host path."""
-        disk = self.path(host_path)
+        disk = self._disk(host_path)
         try:
             with open(disk, "rb") as fh:
                 data = fh.read(limit + 1)
@@ -153,7 +171,7 @@ class HostRoot:
 
     def listdir(self, host_path: str) -> list[str]:
         """Sorted entry names of a host directory; raises :class:`HostPathError`."""
-        disk = self.path(host_path)
+        disk = self._disk(host_path)
         try:
             return sorted(os.listdir(disk))
         except OSError as exc:
@@ -162,7 +180,7 @@ class HostRoot:
     def readlink(self, host_path: str) -> str | None:
         """The raw target of a symlink (its last component only is not followed), or ``None``."""
         parent, _, name = host_path.rstrip("/").rpartition("/")
-        disk = self.path(parent or "/") / name
+        disk = self._disk(parent or "/") + "/" + name
         try:
             return os.readlink(disk)
         except OSError:

@@ -12,8 +12,8 @@ from collections import OrderedDict
 
 from gpustack_operator.discovery.naming import group_id
 from gpustack_operator.discovery.pci import PciDevice
-from gpustack_operator.ledger.models import Accelerator, DeviceTopology, DevicesGroup
-from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, Detected, Unmeasured
+from gpustack_operator.ledger.models import Accelerator, DevicesGroup, DeviceTopology
+from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
 
 
 def accelerator_devices(ctx: DetectContext) -> list[PciDevice]:
@@ -60,7 +60,9 @@ def detect_from_pci(ctx: DetectContext) -> DetectOutcome:
             index += 1
         groups.append(
             DevicesGroup(
-                id=group_id(ctx.manufacturer.name, name, 0, ctx.settings.group_id_with_memory) if name else "",
+                id=group_id(ctx.manufacturer.name, name, 0, ctx.settings.group_id_with_memory)
+                if name
+                else "",
                 manufacturer=ctx.manufacturer.name,
                 name=name,
                 accelerators=accelerators,

@@ -64,21 +64,33 @@ class FleetReport(BaseModel):
 def classify(host: str, result: Mapping[str, Any] | None) -> HostEntry:
     """Turn one host's registered result into an entry."""
     if result is None:
-        return HostEntry(host=host, status=HostStatus.UNREACHABLE, message="no result: the play never ran on it")
+        return HostEntry(
+            host=host, status=HostStatus.UNREACHABLE, message="no result: the play never ran on it"
+        )
     if result.get("unreachable"):
-        return HostEntry(host=host, status=HostStatus.UNREACHABLE, message=str(result.get("msg", "unreachable")))
+        return HostEntry(
+            host=host, status=HostStatus.UNREACHABLE, message=str(result.get("msg", "unreachable"))
+        )
     raw = result.get("report")
     if not isinstance(raw, Mapping):
         return HostEntry(
-            host=host, status=HostStatus.FAILED, message=str(result.get("msg", "the preflight returned no report"))
+            host=host,
+            status=HostStatus.FAILED,
+            message=str(result.get("msg", "the preflight returned no report")),
         )
     report = Report.model_validate(raw)
     status = HostStatus.UNAVAILABLE if report.failures() else HostStatus.OK
-    return HostEntry(host=host, status=status, message=result.get("msg") if status != HostStatus.OK else None,
-                     report=report)
+    return HostEntry(
+        host=host,
+        status=status,
+        message=result.get("msg") if status != HostStatus.OK else None,
+        report=report,
+    )
 
 
-def build(results: Iterable[tuple[str, Mapping[str, Any] | None]], now: datetime | None = None) -> FleetReport:
+def build(
+    results: Iterable[tuple[str, Mapping[str, Any] | None]], now: datetime | None = None
+) -> FleetReport:
     entries = sorted((classify(h, r) for h, r in results), key=lambda e: e.host)
     summary = Summary(hosts=len(entries))
     for entry in entries:
@@ -155,29 +167,35 @@ def to_html(report: FleetReport) -> str:
                 continue
             d = g.detection
             label = f"{d.state.value} · {d.accelerators}" if d.accelerators else d.state.value
+            title = e(d.reason or d.detail or "")
             out.append(
                 f'<td class="state {d.state.value}" data-manufacturer="{e(m)}" data-state="{d.state.value}" '
-                f'title="{e(d.reason or d.detail or "")}"><a href="#{_anchor(entry.host, m)}">{e(label)}</a></td>'
+                f'title="{title}"><a href="#{_anchor(entry.host, m)}">{e(label)}</a></td>'
             )
         out.append("</tr>")
     out.append("</tbody></table>")
     for entry in report.hosts:
-        out.append(f'<section class="host" id="{_anchor(entry.host)}"><h2>{e(entry.host)} — '
-                   f'<span class="{entry.status.value}">{entry.status.value}</span></h2>')
+        out.append(
+            f'<section class="host" id="{_anchor(entry.host)}"><h2>{e(entry.host)} — '
+            f'<span class="{entry.status.value}">{entry.status.value}</span></h2>'
+        )
         if entry.message:
             out.append(f"<p>{e(entry.message)}</p>")
         for g in entry.report.accelerators if entry.report else []:
             d = g.detection
             out.append(f'<h3 id="{_anchor(entry.host, g.manufacturer)}">{e(g.manufacturer)}</h3>')
-            out.append("<table><tr><th>question</th><th>state</th><th>depth</th><th>accelerators</th>"
-                       "<th>detail / reason</th></tr>")
             out.append(
-                f'<tr><td>detection</td><td class="{d.state.value}">{d.state.value}</td><td>{d.depth.value}</td>'
-                f"<td>{d.accelerators}</td><td>{e(d.detail or d.reason or '')}</td></tr>"
+                "<table><tr><th>question</th><th>state</th><th>depth</th><th>accelerators</th>"
+                "<th>detail / reason</th></tr>"
+            )
+            out.append(
+                f'<tr><td>detection</td><td class="{d.state.value}">{d.state.value}</td>'
+                f"<td>{d.depth.value}</td><td>{d.accelerators}</td>"
+                f"<td>{e(d.detail or d.reason or '')}</td></tr>"
             )
             for c in g.checks or []:
                 out.append(
-                    f'<tr><td>{e(c.capability)} ({e(c.mode)}) on <code>{e(c.accelerator)}</code></td>'
+                    f"<tr><td>{e(c.capability)} ({e(c.mode)}) on <code>{e(c.accelerator)}</code></td>"
                     f'<td class="{c.state.value}">{c.state.value}</td><td>{c.depth.value}</td><td></td>'
                     f"<td>{e(c.detail or c.reason or '')}</td></tr>"
                 )

@@ -8,7 +8,7 @@ IDENTITY = Identity(
     pci_vendor_id="1002",
     resource_name="amd.com/gpu",
     runtime_name="amd",
-    accelerator_classes=("03",),
+    accelerator_classes=("03", "12"),  # Instinct MI300 is a processing accelerator (1200)
     partition_kind=None,
     products={
         "74a1": "AMD Instinct MI300X",

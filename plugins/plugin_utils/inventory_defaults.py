@@ -1,0 +1,31 @@
+# Copyright: GPUStack operator team
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Controller-side: fill a module's node options from the host's inventory variables.
+
+A fleet inventory says once per host where its root is (``gpustack_host_root``) and which
+manufacturers to ask about (``gpustack_manufacturers``); the modules pick those up unless the task
+sets the option itself, so ``ansible all -m gpustack.accelerators.accelerator_facts`` works as is.
+"""
+
+from ansible.plugins.action import ActionBase
+
+INVENTORY_DEFAULTS = {
+    "host_root": "gpustack_host_root",
+    "manufacturers": "gpustack_manufacturers",
+}
+
+
+class InventoryDefaultsAction(ActionBase):
+    """Run the module of the same name with options defaulted from inventory variables."""
+
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        for option, variable in INVENTORY_DEFAULTS.items():
+            if args.get(option) is None and task_vars.get(variable) is not None:
+                args[option] = self._templar.template(task_vars[variable])
+        result.update(self._execute_module(module_args=args, task_vars=task_vars))
+        return result

@@ -1,0 +1,42 @@
+"""Shared test helpers: where the fixtures are, how to run the CLI and Ansible for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS = REPO / "tests" / "fixtures" / "hosts"
+BIN = Path(sys.executable).parent
+
+
+def host(name: str) -> Path:
+    path = HOSTS / name
+    assert path.is_dir(), f"missing fixture host {name}"
+    return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed console script, as a user would."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [str(BIN / "gpustack-operator"), *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
+
+
+@pytest.fixture
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSTACK_", "ANSIBLE_"))}
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        PATH=f"{BIN}:{env.get('PATH', '')}",
+    )
+    return env
