@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpustack_operator import api
+
 REPO = Path(__file__).resolve().parent.parent
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
 BIN = Path(sys.executable).parent
@@ -24,8 +26,6 @@ def wall(cmd: list[str], runs: int = 5) -> float:
 
 
 def detect_cpu_per_pass(host: str, passes: int = 20) -> float:
-    from gpustack_operator import api
-
     req = api.make_request(str(HOSTS / host), None)
     start = time.process_time()
     for _ in range(passes):
