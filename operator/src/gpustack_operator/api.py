@@ -9,6 +9,8 @@ from gpustack_operator.discovery.detect import (
     NodeDetection,
     detect_document,
     detect_node,
+    monitor_document,
+    monitor_node,
     resolve_manufacturers,
 )
 from gpustack_operator.host import HostRoot, HostRootError
@@ -72,3 +74,8 @@ def run_preflight(req: Request, dry_run: bool = False) -> Report:
     except HostRootError as exc:
         return unusable_root_report(req.manufacturers, str(exc))
     return preflight(detect_node(host, req.resolved, req.settings))
+
+
+def monitor(req: Request) -> dict[str, object]:
+    """The ``device-manager monitor`` document. Raises ``HostRootError``."""
+    return monitor_document(monitor_node(HostRoot(req.host_root), req.resolved, req.settings))

@@ -64,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(detect)
     detect.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
 
+    mon = sub.add_parser(
+        "monitor",
+        help="what the accelerators are doing right now (one usage sample, a pure read)",
+        description="Take one usage sample per manufacturer: memory used, utilisation, temperature and "
+        "power where the vendor reports them. A manufacturer that could not be measured is named under "
+        "'unmeasured', never dropped.",
+    )
+    _add_common(mon)
+    mon.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
+
     pre = sub.add_parser(
         "preflight",
         help="which accelerators this node can serve (exit 1 only for an unavailable answer)",
@@ -77,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dump_yaml(doc: object) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _emit(doc: object, output: str) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if output == "json" else _dump_yaml(doc))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,14 +112,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         except HostRootError as exc:
             print(f"gpustack-operator: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        doc = detect_document(result)
-        if args.output == "json":
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        else:
-            sys.stdout.write(_dump_yaml(doc))
+        _emit(detect_document(result), args.output)
         for manufacturer, reason in sorted(result.unmeasured.items()):
             print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
         return EXIT_FAILED if result.unmeasured else EXIT_OK
+
+    if args.action == "monitor":
+        try:
+            mdoc = api.monitor(req)
+        except HostRootError as exc:
+            print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        _emit(mdoc, args.output)
+        unmeasured = mdoc.get("unmeasured") or {}
+        assert isinstance(unmeasured, dict)
+        for manufacturer, reason in sorted(unmeasured.items()):
+            print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
+        return EXIT_OK
 
     report = api.run_preflight(req, dry_run=args.dry_run)
     sys.stdout.write(_dump_yaml(report.wire()))

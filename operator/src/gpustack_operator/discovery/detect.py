@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from gpustack_operator.discovery.cpu import CpuIdentity, CpuInfoError, general_node_key_of, read_cpu_identity
 from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
@@ -19,6 +20,8 @@ from gpustack_operator.manufacturers.base import (
     DetectContext,
     Detected,
     DetectOutcome,
+    Measured,
+    MonitorOutcome,
     Resolved,
     Unmeasured,
     resolve,
@@ -92,6 +95,54 @@ def detect_node(
             outcome = Unmeasured(f"the {name} detector crashed: {type(exc).__name__}: {exc}")
         result.outcomes[name] = outcome
     return result
+
+
+@dataclass
+class NodeSample:
+    """One monitor pass: per manufacturer, its samples or why it could not be measured."""
+
+    timestamp: str
+    outcomes: dict[str, MonitorOutcome] = field(default_factory=dict)
+
+
+def monitor_node(host: HostRoot, resolved: dict[str, Resolved], settings: Settings) -> NodeSample:
+    """One usage sample per manufacturer. A manufacturer that could not be measured is named as
+    unmeasured, never dropped (spec: detection-failure rule 5)."""
+    pci = scan_pci(host)
+    sample = NodeSample(timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    for name in sorted(resolved):
+        monitor = REGISTRY[name].monitor
+        if monitor is None:
+            sample.outcomes[name] = Unmeasured("this manufacturer has no usage monitor in this version")
+            continue
+        ctx = DetectContext(host=host, pci=pci, settings=settings, manufacturer=resolved[name])
+        try:
+            sample.outcomes[name] = monitor(ctx)
+        except Exception as exc:
+            log.exception("the %s monitor crashed", name)
+            sample.outcomes[name] = Unmeasured(f"the {name} monitor crashed: {type(exc).__name__}: {exc}")
+    return sample
+
+
+def monitor_document(sample: NodeSample) -> dict[str, object]:
+    """The ``device-manager monitor`` document: measured groups and the unmeasured, named."""
+    groups = []
+    unmeasured = {}
+    for name, outcome in sample.outcomes.items():
+        if isinstance(outcome, Measured):
+            groups.append(
+                {
+                    "manufacturer": name,
+                    "timestamp": sample.timestamp,
+                    "accelerators": [m.wire() for m in outcome.samples],
+                }
+            )
+        else:
+            unmeasured[name] = outcome.reason
+    doc: dict[str, object] = {"groups": groups}
+    if unmeasured:
+        doc["unmeasured"] = unmeasured
+    return doc
 
 
 def detect_document(result: NodeDetection) -> dict[str, object]:

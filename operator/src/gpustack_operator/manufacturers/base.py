@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pydantic import BaseModel
+
 from gpustack_operator.discovery.pci import PciDevice, PciScan
 from gpustack_operator.host import HostRoot
-from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.ledger.models import CamelModel, DevicesGroup
 from gpustack_operator.settings import (
     PciVendorMatch,
     Settings,
@@ -122,10 +124,111 @@ class Detector(Protocol):
     def __call__(self, ctx: DetectContext) -> DetectOutcome: ...
 
 
+# -- monitor -----------------------------------------------------------------------------------
+
+
+class AcceleratorMetrics(CamelModel):
+    """One usage sample of one accelerator (supplement §3.7). ``None`` = the vendor reports no such
+    figure, never zero."""
+
+    id: str
+    memory: int = 0  # MiB
+    memory_usage: int | None = None  # MiB
+    memory_utilization: int | None = None  # percent
+    cores_utilization: int | None = None  # percent
+    temperature: int | None = None  # Celsius
+    power_usage: int | None = None  # Watts
+    unhealthy: bool = False
+
+
+@dataclass(frozen=True)
+class Measured:
+    samples: list[AcceleratorMetrics]
+
+
+MonitorOutcome = Measured | Unmeasured
+
+
+class Monitor(Protocol):
+    """One usage sample. Same failure semantics as :class:`Detector`; an unmeasured manufacturer is
+    named as such by the caller, never dropped (a sample is worth what its timestamp claims)."""
+
+    def __call__(self, ctx: DetectContext) -> MonitorOutcome: ...
+
+
+# -- driver modes ------------------------------------------------------------------------------
+
+
+class ModeState(BaseModel):
+    """A driver mode as read on one accelerator."""
+
+    accelerator: str  # the accelerator id (uuid)
+    index: int  # the driver's own index (what the vendor CLI takes)
+    mode: str  # "container-share", "smlu", "mig", "sgpu"
+    declared: bool = True  # False: this generation/accelerator has no such mode at all
+    enabled: bool | None = None  # None when not declared
+    detail: str | None = None
+
+
+class ModeChange(BaseModel):
+    """What one set/restore did, with the command a person would run to undo it."""
+
+    accelerator: str
+    index: int
+    mode: str
+    before: bool | None
+    after: bool | None
+    changed: bool
+    command: str | None = None  # the vendor command equivalent to what was done
+    undo_command: str | None = None  # the vendor command that puts it back
+
+
+class ModeError(Exception):
+    """A mode could not be read or set. Names the accelerator, the mode, both errors where a read and
+    a write failed, and the remedy."""
+
+    def __init__(
+        self,
+        accelerator: str,
+        mode: str,
+        message: str,
+        *,
+        read_error: str | None = None,
+        write_error: str | None = None,
+        remedy: str | None = None,
+    ) -> None:
+        parts = [f"{mode} on {accelerator}: {message}"]
+        if read_error:
+            parts.append(f"read failed: {read_error}")
+        if write_error:
+            parts.append(f"write failed: {write_error}")
+        if remedy:
+            parts.append(f"remedy: {remedy}")
+        super().__init__("; ".join(parts))
+        self.accelerator = accelerator
+        self.mode = mode
+        self.read_error = read_error
+        self.write_error = write_error
+        self.remedy = remedy
+
+
+class ModeDriver(Protocol):
+    """A vendor driver mode: read on every accelerator, set on one (``restore`` = set to ``before``)."""
+
+    mode: str
+    writable: bool
+
+    def read(self, ctx: DetectContext, groups: list[DevicesGroup]) -> list[ModeState]: ...
+
+    def set(self, ctx: DetectContext, state: ModeState, enabled: bool) -> ModeChange: ...
+
+
 @dataclass(frozen=True)
 class Manufacturer:
     identity: Identity
     detect: Detector
+    monitor: Monitor | None = None
+    modes: Mapping[str, ModeDriver] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -133,12 +236,20 @@ class Manufacturer:
 
 
 __all__ = [
+    "AcceleratorMetrics",
     "DetectContext",
     "DetectOutcome",
     "Detected",
     "Detector",
     "Identity",
     "Manufacturer",
+    "Measured",
+    "ModeChange",
+    "ModeDriver",
+    "ModeError",
+    "ModeState",
+    "Monitor",
+    "MonitorOutcome",
     "Resolved",
     "SettingsError",
     "Unmeasured",
