@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup preflight test lint typecheck unit bench clean
+.PHONY: setup stubs preflight test lint typecheck unit bench clean
 
 setup: $(STAMP)
 
@@ -28,7 +28,11 @@ $(STAMP): pyproject.toml
 	"$(BIN)/python" -m pip install --quiet -e '.[dev]'
 	@touch "$(STAMP)"
 
-preflight: $(STAMP)
+# The vendor-library stand-ins the simulated fleet's fixture nodes load (compiled with gcc).
+stubs: $(STAMP)
+	"$(BIN)/python" -m tests.stubs.build
+
+preflight: $(STAMP) stubs
 	"$(BIN)/ansible-playbook" -i "$(INVENTORY)" playbooks/preflight.yml $(PLAYBOOK_ARGS)
 
 lint: $(STAMP)
@@ -43,8 +47,8 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-bench: $(STAMP)
+bench: $(STAMP) stubs
 	"$(BIN)/python" bench/run.py
 
 clean:
-	rm -rf "$(VENV)" reports .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf "$(VENV)" reports tests/.build .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -29,6 +29,23 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def vendor_stubs() -> None:
+    """Compile the vendor-library stand-ins into the fixture hosts once per session."""
+    from tests.stubs.build import build_all
+
+    build_all()
+
+
+def copy_host(name: str, dest: Path) -> Path:
+    """A private copy of a fixture host (symlinks kept) for tests that change its state."""
+    import shutil
+
+    target = dest / name
+    shutil.copytree(host(name), target, symlinks=True)
+    return target
+
+
 @pytest.fixture
 def ansible_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSTACK_", "ANSIBLE_"))}
