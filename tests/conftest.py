@@ -46,6 +46,25 @@ def copy_host(name: str, dest: Path) -> Path:
     return target
 
 
+def make_enterable(root: Path) -> Path:
+    """Give a fixture node a shell (this machine's /bin/dash and the libraries it needs) so host
+    CLIs faked as ``#!/bin/sh`` scripts run inside it under a real ``chroot``."""
+    import re
+    import shutil
+
+    shell = Path("/bin/dash").resolve()
+    ldd = subprocess.run(["ldd", str(shell)], capture_output=True, text=True, check=True).stdout
+    libs = re.findall(r"(/\S+\.so[\w.]*)", ldd)
+    for src in [str(shell), *libs]:
+        dest = root / src.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest)
+    (root / "bin").mkdir(exist_ok=True)
+    if not (root / "bin/sh").exists():
+        shutil.copy2(shell, root / "bin/sh")
+    return root
+
+
 @pytest.fixture
 def ansible_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSTACK_", "ANSIBLE_"))}

@@ -16,6 +16,7 @@ from gpustack_operator.discovery.detect import (
 from gpustack_operator.host import HostRoot, HostRootError
 from gpustack_operator.manufacturers import parse_manufacturers
 from gpustack_operator.manufacturers.base import Resolved
+from gpustack_operator.preflight.hostexec import HostExec
 from gpustack_operator.preflight.models import Report
 from gpustack_operator.preflight.run import preflight, unusable_root_report
 from gpustack_operator.settings import Settings, load_settings
@@ -73,7 +74,7 @@ def run_preflight(req: Request, dry_run: bool = False) -> Report:
         host = HostRoot(req.host_root)
     except HostRootError as exc:
         return unusable_root_report(req.manufacturers, str(exc))
-    return preflight(detect_node(host, req.resolved, req.settings))
+    return preflight(detect_node(host, req.resolved, req.settings), HostExec(str(host.root)))
 
 
 def monitor(req: Request) -> dict[str, object]:

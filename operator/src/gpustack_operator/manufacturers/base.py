@@ -223,12 +223,34 @@ class ModeDriver(Protocol):
     def set(self, ctx: DetectContext, state: ModeState, enabled: bool) -> ModeChange: ...
 
 
+# -- the host's own vendor CLI (preflight question 1's cross-check) ------------------------------
+
+
+@dataclass(frozen=True)
+class HostCli:
+    """How a manufacturer's own CLI is asked, on the host, what it sees.
+
+    Only manufacturers whose output shape is established carry one (NVIDIA, Ascend, AMD): a wrong
+    match counts zero, and a zero reads as "the host sees nothing either" — the one answer that sends
+    an operator to debug the wrong layer.
+    """
+
+    name: str  # "nvidia-smi"
+    args: tuple[str, ...]  # ("-L",)
+    match: str  # the substring marking one accelerator per line
+    # What a container needs to see what the CLI sees (the remedy when the host sees more).
+    mounts: tuple[str, ...] = ()
+    # A library directory that may be mounted yet dangle (a symlink to a path not mounted).
+    lib_dir: str | None = None
+
+
 @dataclass(frozen=True)
 class Manufacturer:
     identity: Identity
     detect: Detector
     monitor: Monitor | None = None
     modes: Mapping[str, ModeDriver] = field(default_factory=dict)
+    host_cli: HostCli | None = None
 
     @property
     def name(self) -> str:
@@ -241,6 +263,7 @@ __all__ = [
     "DetectOutcome",
     "Detected",
     "Detector",
+    "HostCli",
     "Identity",
     "Manufacturer",
     "Measured",

@@ -10,7 +10,10 @@ from datetime import UTC, datetime
 
 from gpustack_operator.discovery.detect import NodeDetection
 from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import Detected, DetectOutcome, Unmeasured
+from gpustack_operator.preflight.crosscheck import cross_check
+from gpustack_operator.preflight.hostexec import HostExec
 from gpustack_operator.preflight.models import Depth, Detection, Group, Report, State
 
 DETECTION_NO_ACCELERATOR = "the detect pass found no accelerator of this manufacturer"
@@ -65,8 +68,11 @@ def detection_answer(outcome: DetectOutcome) -> Detection:
     return Detection(state=State.OK, depth=Depth.DECLARED, accelerators=count, detail=detail)
 
 
-def preflight_group(manufacturer: str, outcome: DetectOutcome) -> Group:
+def preflight_group(manufacturer: str, outcome: DetectOutcome, host: HostExec | None = None) -> Group:
     detection = detection_answer(outcome)
+    cli = REGISTRY[manufacturer].host_cli
+    if host is not None and cli is not None:
+        detection = cross_check(host, cli, detection)
     if isinstance(outcome, Unmeasured):
         note = NOTE_UNMEASURED
     elif detection.state is State.NOT_DECLARED:
@@ -78,9 +84,12 @@ def preflight_group(manufacturer: str, outcome: DetectOutcome) -> Group:
     return Group(manufacturer=manufacturer, timestamp=now(), detection=detection, note=note)
 
 
-def preflight(result: NodeDetection) -> Report:
-    """The report for every manufacturer the pass was asked about (none is ever left out)."""
-    return Report(accelerators=[preflight_group(m, o) for m, o in sorted(result.outcomes.items())])
+def preflight(result: NodeDetection, host: HostExec | None = None) -> Report:
+    """The report for every manufacturer the pass was asked about (none is ever left out).
+
+    ``host`` enters the host root to cross-check detection against the host's own vendor CLI.
+    """
+    return Report(accelerators=[preflight_group(m, o, host) for m, o in sorted(result.outcomes.items())])
 
 
 def unusable_root_report(manufacturers: list[str], reason: str) -> Report:
