@@ -14,8 +14,17 @@ from gpustack_operator.discovery.detect import (
     resolve_manufacturers,
 )
 from gpustack_operator.host import HostRoot, HostRootError
+from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import parse_manufacturers
-from gpustack_operator.manufacturers.base import Resolved
+from gpustack_operator.manufacturers.base import (
+    DetectContext,
+    ModeChange,
+    ModeError,
+    ModeState,
+    Resolved,
+    Unmeasured,
+)
+from gpustack_operator.manufacturers.modes import ModeUsageError, converge, driver_for
 from gpustack_operator.preflight.hostexec import HostExec
 from gpustack_operator.preflight.models import Report
 from gpustack_operator.preflight.run import preflight, unusable_root_report
@@ -80,3 +89,34 @@ def run_preflight(req: Request, dry_run: bool = False) -> Report:
 def monitor(req: Request) -> dict[str, object]:
     """The ``device-manager monitor`` document. Raises ``HostRootError``."""
     return monitor_document(monitor_node(HostRoot(req.host_root), req.resolved, req.settings))
+
+
+def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[DevicesGroup]]:
+    """Detect ``manufacturer`` and build the context its mode driver reads through."""
+    if manufacturer not in req.resolved:
+        raise ModeUsageError(f"{manufacturer} was not asked about in this request")
+    host = HostRoot(req.host_root)
+    result = detect_node(host, {manufacturer: req.resolved[manufacturer]}, req.settings)
+    outcome = result.outcomes[manufacturer]
+    if isinstance(outcome, Unmeasured):
+        raise ModeError("all", "detection", f"{manufacturer} could not be measured: {outcome.reason}")
+    ctx = DetectContext(
+        host=host, pci=result.pci, settings=req.settings, manufacturer=req.resolved[manufacturer]
+    )
+    return ctx, outcome.groups
+
+
+def read_modes(req: Request, manufacturer: str, mode: str) -> list[ModeState]:
+    """The mode as read on every accelerator of ``manufacturer``."""
+    driver = driver_for(manufacturer, mode)
+    ctx, groups = _mode_context(req, manufacturer)
+    return driver.read(ctx, groups)
+
+
+def set_mode(
+    req: Request, manufacturer: str, mode: str, accelerator: str, enabled: bool, *, dry_run: bool = False
+) -> list[ModeChange]:
+    """Converge the mode on ``accelerator`` (``all``, an index or an id); idempotent."""
+    driver = driver_for(manufacturer, mode)
+    ctx, groups = _mode_context(req, manufacturer)
+    return converge(ctx, driver, groups, accelerator, enabled, dry_run=dry_run)

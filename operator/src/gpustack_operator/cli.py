@@ -15,6 +15,8 @@ from gpustack_operator import __version__, api
 from gpustack_operator.discovery.detect import detect_document
 from gpustack_operator.host import HostRootError
 from gpustack_operator.manufacturers import NAMES, UnknownManufacturerError
+from gpustack_operator.manufacturers.base import ModeError
+from gpustack_operator.manufacturers.modes import ModeUsageError
 from gpustack_operator.settings import SettingsError
 
 EXIT_OK = 0
@@ -74,6 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(mon)
     mon.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
 
+    mode = sub.add_parser(
+        "mode",
+        help="read, or set, a vendor driver mode (container-share, smlu, mig, sgpu)",
+        description="Read a manufacturer's driver mode on every accelerator, or set it on some. A set "
+        "is idempotent (no write when already there) and prints before/after with the vendor command "
+        "that undoes it.",
+    )
+    mode.add_argument("manufacturer", help="the manufacturer (e.g. ascend)")
+    mode.add_argument("mode", help="the mode (e.g. container-share, smlu, mig)")
+    toggle = mode.add_mutually_exclusive_group()
+    toggle.add_argument("--enable", action="store_true", help="turn the mode on")
+    toggle.add_argument("--disable", action="store_true", help="turn the mode off")
+    mode.add_argument("--accelerator", default="all", help="all (default), a driver index, or an id")
+    mode.add_argument("--dry-run", action="store_true", help="print the change without making it")
+    mode.add_argument("--host-root", metavar="PATH", help="where the node's / is mounted")
+    mode.add_argument("-v", "--verbose", action="count", default=0)
+
     pre = sub.add_parser(
         "preflight",
         help="which accelerators this node can serve (exit 1 only for an unavailable answer)",
@@ -93,6 +112,26 @@ def _emit(doc: object, output: str) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if output == "json" else _dump_yaml(doc))
 
 
+def _mode(req: api.Request, args: argparse.Namespace) -> int:
+    manufacturer = req.manufacturers[0]
+    try:
+        if args.enable or args.disable:
+            changes = api.set_mode(
+                req, manufacturer, args.mode, args.accelerator, bool(args.enable), dry_run=args.dry_run
+            )
+            _emit({"changes": [c.model_dump(exclude_none=True) for c in changes]}, "yaml")
+        else:
+            states = api.read_modes(req, manufacturer, args.mode)
+            _emit({"modes": [s.model_dump(exclude_none=True) for s in states]}, "yaml")
+    except ModeUsageError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ModeError, HostRootError) as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -102,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        req = api.make_request(args.host_root, args.manufacturer)
+        manufacturers = [args.manufacturer] if args.action == "mode" else args.manufacturer
+        req = api.make_request(args.host_root, manufacturers)
     except (UnknownManufacturerError, SettingsError) as exc:
         parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
 
@@ -116,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for manufacturer, reason in sorted(result.unmeasured.items()):
             print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
         return EXIT_FAILED if result.unmeasured else EXIT_OK
+
+    if args.action == "mode":
+        return _mode(req, args)
 
     if args.action == "monitor":
         try:
