@@ -10,9 +10,10 @@ short_description: Aggregate per-host preflight results into one fleet report
 version_added: "0.1.0"
 description:
   - Runs on the controller. Takes what the C(preflight) module registered on every host (or nothing,
-    for a host the play never reached) and writes C(preflight-<timestamp>.yaml) (every host's
-    document) and C(.html) (a hosts x manufacturers matrix coloured by state, no JavaScript) under
-    O(dest).
+    for a host the play never reached) and writes, under O(dest), C(preflight-<timestamp>.yaml)
+    (every host's document), C(.html) (a hosts x manufacturers matrix coloured by state, each cell
+    opening its rows, filters by state, no JavaScript) and C(.junit.xml) (one testcase per host x
+    manufacturer, C(unavailable) = failure, unreachable hosts = errors) for CI systems.
   - Unreachable hosts are listed, never dropped.
 requirements:
   - the C(gpustack-operator) Python package on the controller
@@ -65,7 +66,10 @@ paths:
   description: The files written.
   returned: success
   type: dict
-  sample: {yaml: reports/preflight-20261129T101500Z.yaml, html: reports/preflight-20261129T101500Z.html}
+  sample:
+    yaml: reports/preflight-20261129T101500Z.yaml
+    html: reports/preflight-20261129T101500Z.html
+    junit: reports/preflight-20261129T101500Z.junit.xml
 summary:
   description: Host counts by status.
   returned: success

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from xml.etree import ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,9 @@ def test_fleet_playbook_writes_the_report(
     assert detection("atlas-910b-01", "ascend")["state"] == "ok"
     assert detection("cpu-vm-01", "nvidia")["state"] == "not-declared"
     assert detection("broken-sysfs-01", "nvidia")["state"] == "unavailable"
+    junit = ET.parse(next(reports.glob("preflight-*.junit.xml"))).getroot()
+    assert junit.get("errors") == "1"  # the unreachable host
+    assert int(junit.get("failures", "0")) == 9  # every manufacturer of the unreadable host
     html = html_path.read_text()
     assert 'data-host="hgx-h100-01"' in html and 'data-state="unavailable"' in html
     assert "<script" not in html

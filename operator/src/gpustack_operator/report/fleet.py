@@ -14,11 +14,12 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree as ET
 
 import yaml
 from pydantic import BaseModel, Field
 
-from gpustack_operator.preflight.models import Report
+from gpustack_operator.preflight.models import Group, Report
 
 
 class HostStatus(StrEnum):
@@ -120,13 +121,23 @@ body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1b1f24}
 table{border-collapse:collapse;margin:1rem 0}
 th,td{border:1px solid #c8ccd0;padding:.35rem .6rem;text-align:left;vertical-align:top}
 th{background:#f2f4f6}
-td.state a{color:inherit;text-decoration:none;display:block}
 .ok{background:#d4f4dd}.unavailable{background:#f9d0d0}.not-declared{background:#eceff1;color:#555}
 .unreachable{background:#ffe3b3}.failed{background:#f9d0d0}.none{background:#fff;color:#999}
-.summary span{margin-right:1rem}
+.summary span{margin-right:1rem;padding:.1rem .4rem}
+details summary{cursor:pointer;font-weight:600}
+details ul{margin:.3rem 0 0 0;padding-left:1rem;font-size:.9em}
+.depth{font-weight:400;color:#444;font-size:.85em}
+nav.filters a{margin-right:.8rem}
+.filter-anchor{display:block}
+#only-unavailable:target ~ table#matrix tbody tr:not(.has-unavailable){display:none}
+#only-ok:target ~ table#matrix tbody tr:not(.status-ok){display:none}
+#only-unreachable:target ~ table#matrix tbody tr:not(.status-unreachable):not(.status-failed){display:none}
+#only-not-declared:target ~ table#matrix tbody tr:not(.has-not-declared){display:none}
 section.host{border-top:2px solid #c8ccd0;margin-top:1.5rem;padding-top:.5rem}
 code{font-size:.9em}
 """
+
+STATES = ("ok", "unavailable", "not-declared")
 
 
 def _anchor(host: str, manufacturer: str | None = None) -> str:
@@ -134,7 +145,44 @@ def _anchor(host: str, manufacturer: str | None = None) -> str:
     return f"{base}--{manufacturer}" if manufacturer else base
 
 
+def _row_states(entry: HostEntry) -> set[str]:
+    states: set[str] = set()
+    for g in entry.report.accelerators if entry.report else []:
+        states.add(g.detection.state.value)
+        states.update(c.state.value for c in g.checks or [])
+    return states
+
+
+def _cell(entry: HostEntry, g: Group) -> str:
+    """One matrix cell: the detection answer, expandable (no JavaScript) to every row behind it."""
+    e = html.escape
+    d = g.detection
+    label = f"{d.state.value} · {d.accelerators}" if d.accelerators else d.state.value
+    worst = d.state.value
+    items = [
+        f'<li class="{d.state.value}">detection: {d.state.value} <span class="depth">({d.depth.value})</span>'
+        f" — {e(d.detail or d.reason or '')}</li>"
+    ]
+    if d.host is not None:
+        seen = f"{d.host.accelerators} accelerator(s)" if d.host.reason is None else e(d.host.reason)
+        items.append(f"<li>host: <code>{e(d.host.command)}</code> — {seen}</li>")
+    for c in g.checks or []:
+        if c.state.value == "unavailable":
+            worst = "unavailable"
+        items.append(
+            f'<li class="{c.state.value}">{e(c.capability)} ({e(c.mode)}) on <code>{e(c.accelerator)}</code>: '
+            f'{c.state.value} <span class="depth">({c.depth.value})</span> — {e(c.detail or c.reason or "")}</li>'
+        )
+    return (
+        f'<td class="state {worst}" data-manufacturer="{e(g.manufacturer)}" data-state="{d.state.value}">'
+        f'<details><summary>{e(label)} <span class="depth">{d.depth.value}</span></summary>'
+        f'<ul>{"".join(items)}</ul><a href="#{_anchor(entry.host, g.manufacturer)}">details</a></details></td>'
+    )
+
+
 def to_html(report: FleetReport) -> str:
+    """A self-contained page, readable without JavaScript: summary, state filters (CSS ``:target``),
+    the hosts x manufacturers matrix (cells open to their rows), then every host's rows in full."""
     e = html.escape
     manus = report.manufacturers
     s = report.summary
@@ -150,13 +198,21 @@ def to_html(report: FleetReport) -> str:
         f'<span class="unreachable" id="sum-unreachable">unreachable: {s.unreachable}</span>'
         + (f'<span class="failed" id="sum-failed">failed: {s.failed}</span>' if s.failed else "")
         + "</p>",
+        '<nav class="filters">Show: <a href="#all">all hosts</a><a href="#only-unavailable">with an unavailable '
+        'answer</a><a href="#only-ok">ok</a><a href="#only-not-declared">with a not-declared answer</a>'
+        '<a href="#only-unreachable">unreachable or failed</a></nav>',
+        '<span class="filter-anchor" id="all"></span><span class="filter-anchor" id="only-unavailable"></span>'
+        '<span class="filter-anchor" id="only-ok"></span><span class="filter-anchor" id="only-not-declared"></span>'
+        '<span class="filter-anchor" id="only-unreachable"></span>',
         '<table id="matrix"><thead><tr><th>host</th><th>status</th>',
     ]
     out += [f"<th>{e(m)}</th>" for m in manus]
     out.append("</tr></thead><tbody>")
     for entry in report.hosts:
+        classes = [f"status-{entry.status.value}", *(f"has-{st}" for st in sorted(_row_states(entry)))]
         out.append(
-            f'<tr data-host="{e(entry.host)}"><th><a href="#{_anchor(entry.host)}">{e(entry.host)}</a></th>'
+            f'<tr class="{" ".join(classes)}" data-host="{e(entry.host)}">'
+            f'<th><a href="#{_anchor(entry.host)}">{e(entry.host)}</a></th>'
             f'<td class="{entry.status.value}">{entry.status.value}</td>'
         )
         groups = {g.manufacturer: g for g in entry.report.accelerators} if entry.report else {}
@@ -164,14 +220,8 @@ def to_html(report: FleetReport) -> str:
             g = groups.get(m)
             if g is None:
                 out.append(f'<td class="state none" data-manufacturer="{e(m)}">—</td>')
-                continue
-            d = g.detection
-            label = f"{d.state.value} · {d.accelerators}" if d.accelerators else d.state.value
-            title = e(d.reason or d.detail or "")
-            out.append(
-                f'<td class="state {d.state.value}" data-manufacturer="{e(m)}" data-state="{d.state.value}" '
-                f'title="{title}"><a href="#{_anchor(entry.host, m)}">{e(label)}</a></td>'
-            )
+            else:
+                out.append(_cell(entry, g))
         out.append("</tr>")
     out.append("</tbody></table>")
     for entry in report.hosts:
@@ -207,13 +257,51 @@ def to_html(report: FleetReport) -> str:
     return "\n".join(out) + "\n"
 
 
+def to_junit(report: FleetReport) -> str:
+    """JUnit XML for CI systems: one testcase per host x manufacturer (``unavailable`` = failure);
+    an unreachable or failed host is one erroring testcase, never dropped."""
+    suite = ET.Element("testsuite", name="gpustack-preflight", timestamp=report.generated)
+    tests = failures = errors = 0
+    for entry in report.hosts:
+        if entry.report is None:
+            tests += 1
+            errors += 1
+            case = ET.SubElement(suite, "testcase", classname=entry.host, name="preflight")
+            ET.SubElement(case, "error", message=entry.status.value, type=entry.status.value).text = (
+                entry.message or entry.status.value
+            )
+            continue
+        for g in entry.report.accelerators:
+            tests += 1
+            case = ET.SubElement(suite, "testcase", classname=entry.host, name=g.manufacturer)
+            bad = [f"detection: {g.detection.reason}"] if g.detection.state.value == "unavailable" else []
+            bad += [
+                f"{c.capability} on {c.accelerator}: {c.reason}"
+                for c in g.checks or []
+                if c.state.value == "unavailable"
+            ]
+            if bad:
+                failures += 1
+                ET.SubElement(case, "failure", message=bad[0], type="unavailable").text = "\n".join(bad)
+            out = f"detection: {g.detection.state.value} ({g.detection.depth.value}), {g.detection.accelerators}"
+            ET.SubElement(case, "system-out").text = out + (f"\n{g.note}" if g.note else "")
+    suite.set("tests", str(tests))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
 def write(report: FleetReport, dest: str | Path) -> dict[str, str]:
-    """Write ``preflight-<timestamp>.yaml`` and ``.html`` under ``dest``; return their paths."""
+    """Write ``preflight-<timestamp>.yaml``, ``.html`` and ``.junit.xml`` under ``dest``; return their paths."""
     directory = Path(dest)
     directory.mkdir(parents=True, exist_ok=True)
     stamp = report.generated.replace("-", "").replace(":", "")
-    paths = {"yaml": directory / f"preflight-{stamp}.yaml", "html": directory / f"preflight-{stamp}.html"}
-    for kind, text in (("yaml", to_yaml(report)), ("html", to_html(report))):
+    paths = {
+        kind: directory / f"preflight-{stamp}.{ext}"
+        for kind, ext in (("yaml", "yaml"), ("html", "html"), ("junit", "junit.xml"))
+    }
+    for kind, text in (("yaml", to_yaml(report)), ("html", to_html(report)), ("junit", to_junit(report))):
         tmp = paths[kind].with_suffix(paths[kind].suffix + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(paths[kind])
