@@ -22,6 +22,8 @@ INSTALL_HINT = (
     "or point ansible_python_interpreter at an environment that has it"
 )
 
+MANUFACTURERS = ["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead"]
+
 COMMON_ARGS = dict(
     host_root=dict(type="path"),
     manufacturers=dict(type="list", elements="str"),
@@ -37,12 +39,13 @@ def require_gpustack(module):
         )
 
 
-def make_request(module):
+def make_request(module, manufacturers=None):
     """Validate host_root/manufacturers the way the CLI does; fail the task on a bad value."""
     from gpustack_operator.manufacturers import UnknownManufacturerError
     from gpustack_operator.settings import SettingsError
 
     try:
-        return gpustack_api.make_request(module.params.get("host_root"), module.params.get("manufacturers"))
+        wanted = manufacturers if manufacturers is not None else module.params.get("manufacturers")
+        return gpustack_api.make_request(module.params.get("host_root"), wanted)
     except (UnknownManufacturerError, SettingsError) as exc:
         module.fail_json(msg=str(exc))

@@ -19,12 +19,15 @@ class InventoryDefaultsAction(ActionBase):
     """Run the module of the same name with options defaulted from inventory variables."""
 
     _requires_connection = True
+    # Which of INVENTORY_DEFAULTS this module takes (driver_mode has a single manufacturer option).
+    DEFAULTED = tuple(INVENTORY_DEFAULTS)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        for option, variable in INVENTORY_DEFAULTS.items():
+        for option in self.DEFAULTED:
+            variable = INVENTORY_DEFAULTS[option]
             if args.get(option) is None and task_vars.get(variable) is not None:
                 args[option] = self._templar.template(task_vars[variable])
         result.update(self._execute_module(module_args=args, task_vars=task_vars))

@@ -24,7 +24,7 @@ from gpustack_operator.manufacturers.base import (
     Resolved,
     Unmeasured,
 )
-from gpustack_operator.manufacturers.modes import ModeUsageError, converge, driver_for
+from gpustack_operator.manufacturers.modes import ModeUsageError, converge, driver_for, select
 from gpustack_operator.preflight.hostexec import HostExec
 from gpustack_operator.preflight.models import Report
 from gpustack_operator.preflight.run import preflight, unusable_root_report
@@ -52,9 +52,7 @@ class Request:
     resolved: dict[str, Resolved]
 
 
-def make_request(
-    host_root: str | None, manufacturers: list[str] | None, settings: Settings | None = None
-) -> Request:
+def make_request(host_root: str | None, manufacturers: list[str] | None, settings: Settings | None = None) -> Request:
     """Validate what a caller asked for. Raises ``UnknownManufacturerError`` / ``SettingsError``."""
     names = parse_manufacturers(manufacturers)
     return Request(
@@ -100,9 +98,7 @@ def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[
     outcome = result.outcomes[manufacturer]
     if isinstance(outcome, Unmeasured):
         raise ModeError("all", "detection", f"{manufacturer} could not be measured: {outcome.reason}")
-    ctx = DetectContext(
-        host=host, pci=result.pci, settings=req.settings, manufacturer=req.resolved[manufacturer]
-    )
+    ctx = DetectContext(host=host, pci=result.pci, settings=req.settings, manufacturer=req.resolved[manufacturer])
     return ctx, outcome.groups
 
 
@@ -113,8 +109,13 @@ def read_modes(req: Request, manufacturer: str, mode: str) -> list[ModeState]:
     return driver.read(ctx, groups)
 
 
+def select_modes(states: list[ModeState], accelerator: str | list[str]) -> list[ModeState]:
+    """``all``, a driver index or an accelerator id → the matching states (``ModeUsageError``)."""
+    return select(states, accelerator)
+
+
 def set_mode(
-    req: Request, manufacturer: str, mode: str, accelerator: str, enabled: bool, *, dry_run: bool = False
+    req: Request, manufacturer: str, mode: str, accelerator: str | list[str], enabled: bool, *, dry_run: bool = False
 ) -> list[ModeChange]:
     """Converge the mode on ``accelerator`` (``all``, an index or an id); idempotent."""
     driver = driver_for(manufacturer, mode)

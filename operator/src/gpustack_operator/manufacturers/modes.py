@@ -26,15 +26,19 @@ def driver_for(manufacturer: str, mode: str) -> ModeDriver:
     return modes[mode]
 
 
-def select(states: list[ModeState], accelerator: str) -> list[ModeState]:
-    """``all``, a driver index, or an accelerator id (uuid)."""
-    if accelerator == "all":
+def select(states: list[ModeState], accelerator: str | list[str]) -> list[ModeState]:
+    """``all``, a driver index, or an accelerator id (uuid) — or a list of them — in driver order."""
+    wanted = [accelerator] if isinstance(accelerator, str) else accelerator
+    if "all" in wanted:
         return states
-    chosen = [s for s in states if s.accelerator == accelerator or str(s.index) == accelerator]
-    if not chosen:
-        known = ", ".join(f"{s.index} ({s.accelerator})" for s in states) or "none detected"
-        raise ModeUsageError(f"no accelerator {accelerator!r}; choose all, an index or an id: {known}")
-    return chosen
+    chosen: list[ModeState] = []
+    for selector in wanted:
+        match = [s for s in states if s.accelerator == selector or str(s.index) == selector]
+        if not match:
+            known = ", ".join(f"{s.index} ({s.accelerator})" for s in states) or "none detected"
+            raise ModeUsageError(f"no accelerator {selector!r}; choose all, an index or an id: {known}")
+        chosen.extend(m for m in match if m not in chosen)
+    return sorted(chosen, key=lambda s: s.index)
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ def converge(
     ctx: DetectContext,
     driver: ModeDriver,
     groups: list[DevicesGroup],
-    accelerator: str,
+    accelerator: str | list[str],
     enabled: bool,
     *,
     dry_run: bool = False,
@@ -66,13 +70,9 @@ def converge(
     undeclared = [s for s in states if not s.declared]
     if undeclared:
         first = undeclared[0]
-        raise ModeError(
-            first.accelerator, driver.mode, first.detail or "this accelerator declares no such mode"
-        )
+        raise ModeError(first.accelerator, driver.mode, first.detail or "this accelerator declares no such mode")
     if not driver.writable:
-        raise ModeError(
-            states[0].accelerator if states else accelerator, driver.mode, "this mode is read-only"
-        )
+        raise ModeError(states[0].accelerator if states else "all", driver.mode, "this mode is read-only")
     changes: list[ModeChange] = []
     for state in states:
         plan = ModePlan(state, enabled)
@@ -92,9 +92,7 @@ def converge(
     return changes
 
 
-def restore(
-    ctx: DetectContext, driver: ModeDriver, groups: list[DevicesGroup], change: ModeChange
-) -> ModeChange:
+def restore(ctx: DetectContext, driver: ModeDriver, groups: list[DevicesGroup], change: ModeChange) -> ModeChange:
     """Put one accelerator back to what ``change.before`` recorded."""
     if change.before is None or not change.changed:
         return change.model_copy(update={"changed": False, "after": change.before})

@@ -1,0 +1,174 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: GPUStack operator team
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: driver_mode
+short_description: Read, enable or disable a vendor driver mode on accelerators
+version_added: "0.1.0"
+description:
+  - Reads or converges the driver modes the GPUStack allocator depends on, per accelerator -
+    Ascend C(container-share) (DCMI V1 only; V2 declares no such flag), Cambricon C(smlu),
+    NVIDIA C(mig), MetaX C(sgpu) (read only).
+  - Idempotent - an accelerator already in the asked state is not written. Check mode predicts the
+    change without writing. Diff mode shows before/after per accelerator.
+  - Refuses to disable a mode while the allocator's per-pod records
+    (C(/var/lib/gpustack/operator/pods)) show slices held on the accelerators, naming the pods,
+    unless O(force=true).
+  - A failed write reports the vendor's words and the command a person would run.
+requirements:
+  - the C(gpustack-operator) Python package on the target
+options:
+  manufacturer:
+    description: The manufacturer whose mode this is.
+    type: str
+    required: true
+    choices: [amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead]
+  mode:
+    description: The mode, in the vendor's own word (C(container-share), C(smlu), C(mig), C(sgpu)).
+    type: str
+    required: true
+  accelerators:
+    description:
+      - Which accelerators - C(all), or a list of driver indexes and/or accelerator ids (UUIDs).
+    type: list
+    elements: str
+    default: [all]
+  state:
+    description: C(enabled) or C(disabled) converge the mode; C(read) only reports it.
+    type: str
+    choices: [enabled, disabled, read]
+    default: read
+  force:
+    description: Disable even while pods hold slices (they will be stranded).
+    type: bool
+    default: false
+  host_root:
+    description:
+      - Directory the node's root filesystem is reached at; defaults to the host's
+        C(gpustack_host_root) inventory variable, else C(/host) when mounted, else C(/).
+    type: path
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+author:
+  - GPUStack operator team
+"""
+
+EXAMPLES = r"""
+- name: Read the Ascend container-share flag on every NPU
+  gpustack.accelerators.driver_mode:
+    manufacturer: ascend
+    mode: container-share
+  register: share
+
+- name: Turn Cambricon sMLU mode on for cards 0 and 1
+  gpustack.accelerators.driver_mode:
+    manufacturer: cambricon
+    mode: smlu
+    accelerators: ["0", "1"]
+    state: enabled
+
+- name: Turn MIG off on one GPU even though pods hold partitions
+  gpustack.accelerators.driver_mode:
+    manufacturer: nvidia
+    mode: mig
+    accelerators: [GPU-6d3c7a1e-2f0b-4a8e-9c1d-000000000001]
+    state: disabled
+    force: true
+"""
+
+RETURN = r"""
+modes:
+  description: The mode as read on each selected accelerator (before any change).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {accelerator: NPU-0, index: 0, mode: container-share, declared: true, enabled: false}
+changes:
+  description: One entry per selected accelerator with before, after, changed, and the vendor
+    command that was run (command) and that undoes it (undo_command).
+  returned: when state is enabled or disabled
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack import (
+    MANUFACTURERS,
+    gpustack_api,
+    make_request,
+    require_gpustack,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            manufacturer=dict(type="str", required=True, choices=MANUFACTURERS),
+            mode=dict(type="str", required=True),
+            accelerators=dict(type="list", elements="str", default=["all"]),
+            state=dict(type="str", choices=["enabled", "disabled", "read"], default="read"),
+            force=dict(type="bool", default=False),
+            host_root=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    require_gpustack(module)
+    from gpustack_operator.host import HostRoot, HostRootError
+    from gpustack_operator.ledger.podrecords import holders
+    from gpustack_operator.manufacturers.base import ModeError
+    from gpustack_operator.manufacturers.modes import ModeUsageError
+
+    p = module.params
+    req = make_request(module, [p["manufacturer"]])
+    manufacturer, mode, state = p["manufacturer"], p["mode"], p["state"]
+    try:
+        states = gpustack_api.read_modes(req, manufacturer, mode)
+        modes = [s.model_dump(exclude_none=True) for s in states]
+        if state == "read":
+            module.exit_json(changed=False, modes=modes)
+        wanted = state == "enabled"
+        selected = gpustack_api.select_modes(states, p["accelerators"])
+        ids = set(s.accelerator for s in selected)
+        if not wanted and not p["force"]:
+            held = holders(HostRoot(req.host_root), manufacturer, ids)
+            if held:
+                module.fail_json(
+                    msg="refusing to disable %s on %s: pods hold slices there: %s (force=true strands them)"
+                    % (mode, ", ".join(sorted(ids)), "; ".join(r.label() for r in held)),
+                    modes=modes,
+                )
+        changes = gpustack_api.set_mode(
+            req, manufacturer, mode, [s.accelerator for s in selected], wanted, dry_run=module.check_mode
+        )
+    except ModeUsageError as exc:
+        module.fail_json(msg=str(exc))
+    except (ModeError, HostRootError) as exc:
+        module.fail_json(msg=str(exc))
+    result = dict(
+        changed=any(c.changed for c in changes),
+        modes=modes,
+        changes=[c.model_dump(exclude_none=True) for c in changes],
+    )
+    if module._diff:
+        result["diff"] = dict(
+            before="".join("%s: %s\n" % (c.accelerator, c.before) for c in changes),
+            after="".join("%s: %s\n" % (c.accelerator, c.after) for c in changes),
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
