@@ -34,8 +34,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host-root",
         metavar="PATH",
-        help="where the node's / is mounted (default: /host when the node's root is mounted "
-        "there, otherwise /)",
+        help="where the node's / is mounted (default: /host when the node's root is mounted there, otherwise /)",
     )
     p.add_argument(
         "--manufacturer",

@@ -58,8 +58,7 @@ class PciVendorMatch(BaseModel):
         klass = klass.removeprefix("0x")
         if not _HEX.match(vendor) or len(vendor) != 4 or (sep and (not klass or not _HEX.match(klass))):
             raise SettingsError(
-                f"{variable}: {raw!r} is not a PCI vendor id; use 4 hex digits (10de) "
-                "or <class>_<vendor> (0302_10de)"
+                f"{variable}: {raw!r} is not a PCI vendor id; use 4 hex digits (10de) or <class>_<vendor> (0302_10de)"
             )
         return cls(vendor=vendor, class_prefix=klass or None)
 

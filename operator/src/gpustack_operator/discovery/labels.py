@@ -43,9 +43,7 @@ def nfd_labels(
             continue
         labels[f"{NFD_PREFIX}pci-{device.vendor}.present"] = "true"
         for v in vendors:
-            if device.vendor == v.vendor and (
-                v.class_prefix is None or device.class_code.startswith(v.class_prefix)
-            ):
+            if device.vendor == v.vendor and (v.class_prefix is None or device.class_code.startswith(v.class_prefix)):
                 acceleratable = True
     if cpu is not None:
         labels[f"{NFD_PREFIX}cpu-model.vendor_id"] = cpu.vendor_id

@@ -40,13 +40,9 @@ def parse_manufacturers(values: list[str] | None) -> list[str]:
             name = item.strip().lower().replace("_", "-")
             if not name:
                 continue
-            name = {"t-head": "thead", "moorethreads": "mthreads", "moore-threads": "mthreads"}.get(
-                name, name
-            )
+            name = {"t-head": "thead", "moorethreads": "mthreads", "moore-threads": "mthreads"}.get(name, name)
             if name not in REGISTRY:
-                raise UnknownManufacturerError(
-                    f"unknown manufacturer {item.strip()!r}; choose from {', '.join(NAMES)}"
-                )
+                raise UnknownManufacturerError(f"unknown manufacturer {item.strip()!r}; choose from {', '.join(NAMES)}")
             chosen.add(name)
     if not chosen:
         raise UnknownManufacturerError(f"no manufacturer named; choose from {', '.join(NAMES)}")

@@ -63,9 +63,7 @@ class Resolved:
             return False
         if self.pci.class_prefix and not device.class_code.startswith(self.pci.class_prefix):
             return False
-        return device.class_matches(class_prefixes) and device.class_matches(
-            self.identity.accelerator_classes
-        )
+        return device.class_matches(class_prefixes) and device.class_matches(self.identity.accelerator_classes)
 
 
 def resolve(identity: Identity) -> Resolved:

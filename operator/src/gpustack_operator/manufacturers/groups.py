@@ -58,9 +58,7 @@ def normalize_bus_id(raw: str) -> str:
     return f"{domain.zfill(4)}:{rest}"
 
 
-def build_groups(
-    manufacturer: str, found: list[Found], pci: PciScan, settings: Settings
-) -> list[DevicesGroup]:
+def build_groups(manufacturer: str, found: list[Found], pci: PciScan, settings: Settings) -> list[DevicesGroup]:
     by_bus = {d.bus_id: d for d in pci.devices}
     groups: OrderedDict[tuple[str, int], DevicesGroup] = OrderedDict()
     for index, item in enumerate(found):

@@ -60,9 +60,7 @@ def detect_from_pci(ctx: DetectContext) -> DetectOutcome:
             index += 1
         groups.append(
             DevicesGroup(
-                id=group_id(ctx.manufacturer.name, name, 0, ctx.settings.group_id_with_memory)
-                if name
-                else "",
+                id=group_id(ctx.manufacturer.name, name, 0, ctx.settings.group_id_with_memory) if name else "",
                 manufacturer=ctx.manufacturer.name,
                 name=name,
                 accelerators=accelerators,

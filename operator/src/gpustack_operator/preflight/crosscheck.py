@@ -63,9 +63,7 @@ def cross_check(host: HostExec, cli: HostCli, detection: Detection) -> Detection
         f"detected {detection.accelerators}, so what is missing is this container's access to them "
         "rather than the hardware"
     )
-    return detection.model_copy(
-        update={"host": view, "state": State.UNAVAILABLE, "detail": None, "reason": reason}
-    )
+    return detection.model_copy(update={"host": view, "state": State.UNAVAILABLE, "detail": None, "reason": reason})
 
 
 def read_host_view(host: HostExec, cli: HostCli) -> HostView:

@@ -84,7 +84,5 @@ class Report(CamelModel):
                 failed.append(f"{group.manufacturer}: detection: {group.detection.reason}")
             for check in group.checks or []:
                 if check.state is State.UNAVAILABLE:
-                    failed.append(
-                        f"{group.manufacturer}: {check.capability} on {check.accelerator}: {check.reason}"
-                    )
+                    failed.append(f"{group.manufacturer}: {check.capability} on {check.accelerator}: {check.reason}")
         return failed

@@ -25,9 +25,7 @@ DETECTION_UNNAMED = (
     "stack that names them did not load, which leaves the group's id empty as well -- and every "
     "resource flavor and instance type on this node is named after that id"
 )
-NOTE_UNMEASURED = (
-    "the detect pass could not measure this manufacturer, so none of its accelerators were preflighted"
-)
+NOTE_UNMEASURED = "the detect pass could not measure this manufacturer, so none of its accelerators were preflighted"
 NOTE_NO_ACCELERATOR = "no accelerator of this manufacturer was detected"
 NOTE_DETECTION_FAILED = (
     "detection failed for this manufacturer, so the remaining questions are unanswerable: whether "

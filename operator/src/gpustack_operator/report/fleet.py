@@ -65,13 +65,9 @@ class FleetReport(BaseModel):
 def classify(host: str, result: Mapping[str, Any] | None) -> HostEntry:
     """Turn one host's registered result into an entry."""
     if result is None:
-        return HostEntry(
-            host=host, status=HostStatus.UNREACHABLE, message="no result: the play never ran on it"
-        )
+        return HostEntry(host=host, status=HostStatus.UNREACHABLE, message="no result: the play never ran on it")
     if result.get("unreachable"):
-        return HostEntry(
-            host=host, status=HostStatus.UNREACHABLE, message=str(result.get("msg", "unreachable"))
-        )
+        return HostEntry(host=host, status=HostStatus.UNREACHABLE, message=str(result.get("msg", "unreachable")))
     raw = result.get("report")
     if not isinstance(raw, Mapping):
         return HostEntry(
@@ -89,9 +85,7 @@ def classify(host: str, result: Mapping[str, Any] | None) -> HostEntry:
     )
 
 
-def build(
-    results: Iterable[tuple[str, Mapping[str, Any] | None]], now: datetime | None = None
-) -> FleetReport:
+def build(results: Iterable[tuple[str, Mapping[str, Any] | None]], now: datetime | None = None) -> FleetReport:
     entries = sorted((classify(h, r) for h, r in results), key=lambda e: e.host)
     summary = Summary(hosts=len(entries))
     for entry in entries:
