@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup stubs preflight test lint typecheck unit bench clean
+.PHONY: setup stubs wheel preflight test lint typecheck unit bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,10 @@ $(STAMP): pyproject.toml
 # The vendor-library stand-ins the simulated fleet's fixture nodes load (compiled with gcc).
 stubs: $(STAMP)
 	"$(BIN)/python" -m tests.stubs.build
+
+# The package as a wheel (for the install role): dist/gpustack_operator-<version>-py3-none-any.whl
+wheel: $(STAMP)
+	"$(BIN)/python" -m pip wheel --quiet --no-deps --wheel-dir dist .
 
 preflight: $(STAMP) stubs
 	"$(BIN)/ansible-playbook" -i "$(INVENTORY)" playbooks/preflight.yml $(PLAYBOOK_ARGS)
@@ -51,4 +55,4 @@ bench: $(STAMP) stubs
 	"$(BIN)/python" bench/run.py
 
 clean:
-	rm -rf "$(VENV)" reports tests/.build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf "$(VENV)" reports tests/.build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -38,12 +38,16 @@ attributes:
     description: A pure read; it runs unchanged in check mode.
   diff_mode:
     support: none
+    description: Nothing on the host changes, so there is nothing to diff.
   facts:
     support: full
+    description: Returns C(gpustack_accelerators) under C(ansible_facts).
   platform:
+    support: full
     platforms: posix
+    description: Linux nodes (reads sysfs and /proc through the host root).
 author:
-  - GPUStack operator team
+  - GPUStack operator team (@gpustack)
 """
 
 EXAMPLES = r"""

@@ -57,12 +57,16 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Predicts each accelerator's change without writing to the driver.
   diff_mode:
     support: full
+    description: Shows the mode before and after per accelerator.
   platform:
+    support: full
     platforms: posix
+    description: Linux nodes (reads sysfs and /proc through the host root).
 author:
-  - GPUStack operator team
+  - GPUStack operator team (@gpustack)
 """
 
 EXAMPLES = r"""

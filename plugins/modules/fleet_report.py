@@ -37,12 +37,16 @@ options:
 attributes:
   check_mode:
     support: none
+    description: It writes controller-local report files; run it with C(check_mode: false) in a checked play.
   diff_mode:
     support: none
+    description: It writes new report files; there is nothing to diff.
   platform:
+    support: full
     platforms: posix
+    description: Runs on the controller.
 author:
-  - GPUStack operator team
+  - GPUStack operator team (@gpustack)
 """
 
 EXAMPLES = r"""

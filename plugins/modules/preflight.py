@@ -42,10 +42,13 @@ attributes:
     description: Runs as a dry run; nothing is written to the host.
   diff_mode:
     support: none
+    description: Nothing on the host changes, so there is nothing to diff.
   platform:
+    support: full
     platforms: posix
+    description: Linux nodes (reads sysfs and /proc through the host root).
 author:
-  - GPUStack operator team
+  - GPUStack operator team (@gpustack)
 """
 
 EXAMPLES = r"""

@@ -22,13 +22,17 @@ class InventoryDefaultsAction(ActionBase):
     # Which of INVENTORY_DEFAULTS this module takes (driver_mode has a single manufacturer option).
     DEFAULTED = tuple(INVENTORY_DEFAULTS)
 
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
+    def defaulted_args(self, task_vars):
+        """The task's arguments with the DEFAULTED options filled from inventory variables."""
         args = dict(self._task.args)
         for option in self.DEFAULTED:
             variable = INVENTORY_DEFAULTS[option]
             if args.get(option) is None and task_vars.get(variable) is not None:
                 args[option] = self._templar.template(task_vars[variable])
-        result.update(self._execute_module(module_args=args, task_vars=task_vars))
+        return args
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        result.update(self._execute_module(module_args=self.defaulted_args(task_vars), task_vars=task_vars))
         return result
