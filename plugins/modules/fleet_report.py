@@ -37,7 +37,7 @@ options:
 attributes:
   check_mode:
     support: none
-    description: It writes controller-local report files; run it with C(check_mode: false) in a checked play.
+    description: It writes controller-local report files, so a checked play runs it with C(check_mode=false).
   diff_mode:
     support: none
     description: It writes new report files; there is nothing to diff.
