@@ -104,15 +104,12 @@ def main():
 
     hosts, results = module.params["hosts"], module.params["results"]
     if len(hosts) != len(results):
-        module.fail_json(
-            msg="hosts and results must align: %d hosts, %d results" % (len(hosts), len(results))
-        )
+        module.fail_json(msg="hosts and results must align: %d hosts, %d results" % (len(hosts), len(results)))
     pairs = []
     for host, result in zip(hosts, results):
         if result is not None and not isinstance(result, dict):
             module.fail_json(
-                msg="the result for %s is a %s, not a registered preflight result"
-                % (host, type(result).__name__)
+                msg="the result for %s is a %s, not a registered preflight result" % (host, type(result).__name__)
             )
         pairs.append((host, result))
     try:

@@ -122,8 +122,7 @@ def main():
     report = gpustack_api.run_preflight(req, dry_run=module.params["dry_run"] or module.check_mode)
     failures = report.failures()
     summary = {
-        g.manufacturer: "%s (%d)" % (g.detection.state.value, g.detection.accelerators)
-        for g in report.accelerators
+        g.manufacturer: "%s (%d)" % (g.detection.state.value, g.detection.accelerators) for g in report.accelerators
     }
     result = dict(changed=False, report=report.wire(), summary=summary, failures=failures)
     if failures:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-from xml.etree import ElementTree as ET
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
@@ -119,9 +119,7 @@ def test_check_mode(ansible_env: dict[str, str], tmp_path: Path) -> None:
     assert list(tmp_path.glob("preflight-*.html"))
 
 
-def adhoc(
-    env: dict[str, str], module: str, *args: str, inventory: Path = FLEET
-) -> subprocess.CompletedProcess[str]:
+def adhoc(env: dict[str, str], module: str, *args: str, inventory: Path = FLEET) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "ansible"), "all", "-i", str(inventory), "-m", module, *args],
         cwd=REPO,
@@ -164,9 +162,7 @@ def test_facts_module_with_ansible_runner(
 
 
 def test_bad_module_argument_is_a_clear_failure(ansible_env: dict[str, str]) -> None:
-    proc = adhoc(
-        ansible_env, "gpustack.accelerators.preflight", "-a", "manufacturers=intel", "--limit", "cpu-vm-01"
-    )
+    proc = adhoc(ansible_env, "gpustack.accelerators.preflight", "-a", "manufacturers=intel", "--limit", "cpu-vm-01")
     assert proc.returncode != 0
     assert "value of manufacturers must be one or more of" in proc.stdout
 

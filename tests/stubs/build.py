@@ -55,8 +55,29 @@ def targets() -> list[tuple[Path, Path]]:
     return pairs
 
 
+HOST_CLIS = ("usr/bin/nvidia-smi", "usr/bin/rocm-smi", "usr/local/sbin/npu-smi")
+
+
+def install_shell(root: Path) -> None:
+    """Give a fixture node this machine's ``/bin/dash`` as ``/bin/sh`` plus the libraries it loads,
+    so its vendor CLIs (``#!/bin/sh`` scripts) run inside it under a real ``chroot``. Never committed."""
+    import re
+
+    shell = Path("/bin/dash").resolve()
+    ldd = subprocess.run(["ldd", str(shell)], capture_output=True, text=True, check=True).stdout
+    for src in [str(shell), *re.findall(r"(/\S+\.so[\w.]*)", ldd)]:
+        dest = root / src.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not dest.exists():
+            shutil.copy2(src, dest)
+    (root / "bin").mkdir(exist_ok=True)
+    if not (root / "bin" / "sh").exists():
+        shutil.copy2(shell, root / "bin" / "sh")
+
+
 def build_all(hosts_dir: Path | None = None) -> list[Path]:
-    """Compile every stub and copy it to each target (under ``hosts_dir`` if given)."""
+    """Compile every stub and copy it to each target (under ``hosts_dir`` if given); give every node
+    that carries a vendor CLI a shell to run it with."""
     installed = []
     for source, target in targets():
         if hosts_dir is not None:
@@ -66,6 +87,9 @@ def build_all(hosts_dir: Path | None = None) -> list[Path]:
         if not target.exists() or target.stat().st_mtime < built.stat().st_mtime:
             shutil.copy2(built, target)
         installed.append(target)
+    for node in sorted((hosts_dir or HOSTS).iterdir()):
+        if node.is_dir() and any((node / cli).exists() for cli in HOST_CLIS):
+            install_shell(node)
     return installed
 
 

@@ -60,17 +60,13 @@ flags\t\t: fpu vme de pse {extra}
 
 def _x86(vendor: str, family: int, model: int, name: str, extra: str = "") -> str:
     return "".join(
-        X86_BLOCK.format(
-            n=n, vendor=vendor, family=family, model=model, name=name, phys=0, core=n % 2, extra=extra
-        )
+        X86_BLOCK.format(n=n, vendor=vendor, family=family, model=model, name=name, phys=0, core=n % 2, extra=extra)
         for n in range(4)
     )
 
 
 def test_x86_identity_counts_cores_and_threads() -> None:
-    ident = identity_from_cpuinfo(
-        parse_cpuinfo(_x86("AuthenticAMD", 25, 1, "AMD EPYC 7763 64-Core Processor"))
-    )
+    ident = identity_from_cpuinfo(parse_cpuinfo(_x86("AuthenticAMD", 25, 1, "AMD EPYC 7763 64-Core Processor")))
     assert (ident.vendor_id, ident.family, ident.id, ident.cores, ident.threads) == ("AMD", "25", "1", 2, 4)
     assert not ident.hypervisor
 
@@ -127,9 +123,7 @@ def test_arm_prefers_midr() -> None:
     assert (ident.family, ident.id) == ("63", "53441")
 
 
-@pytest.mark.parametrize(
-    "text", ["", "garbage without colon\n", "processor : 0\ncpu family : six\nvendor_id : x\n"]
-)
+@pytest.mark.parametrize("text", ["", "garbage without colon\n", "processor : 0\ncpu family : six\nvendor_id : x\n"])
 def test_garbled_cpuinfo_is_a_clear_error(text: str) -> None:
     with pytest.raises(CpuInfoError):
         identity_from_cpuinfo(parse_cpuinfo(text))

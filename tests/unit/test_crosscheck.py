@@ -20,8 +20,7 @@ from tests.conftest import make_enterable
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
 
 NVIDIA_SMI_L = "".join(
-    f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-6d3c7a1e-2f0b-4a8e-9c1d-0000000000{i:02d})\n"
-    for i in range(8)
+    f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-6d3c7a1e-2f0b-4a8e-9c1d-0000000000{i:02d})\n" for i in range(8)
 )
 MIG_LINES = (
     "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1b2c3d4e-0000-1111-2222-333344445555)\n"
@@ -73,14 +72,11 @@ def test_host_sees_what_detection_saw(tmp_path: Path) -> None:
 
 
 def test_host_sees_more_is_unavailable_naming_the_mounts(tmp_path: Path) -> None:
-    det = Detection(
-        state=State.NOT_DECLARED, reason="the detect pass found no accelerator of this manufacturer"
-    )
+    det = Detection(state=State.NOT_DECLARED, reason="the detect pass found no accelerator of this manufacturer")
     out = cross_check(node(tmp_path, "nvidia-smi", NVIDIA_SMI_L), NVIDIA_CLI, det)
     assert out.state is State.UNAVAILABLE
     assert (
-        out.reason is not None
-        and "nvidia-smi reports 8 accelerator(s) where this container detected 0" in out.reason
+        out.reason is not None and "nvidia-smi reports 8 accelerator(s) where this container detected 0" in out.reason
     )
     assert out.host is not None and out.host.missing_mounts
     assert any("container runtime" in m for m in out.host.missing_mounts)
@@ -109,8 +105,7 @@ def test_no_cli_on_the_host(tmp_path: Path) -> None:
     out = cross_check(node(tmp_path, None), NVIDIA_CLI, det)
     assert out.state is State.NOT_DECLARED
     assert (
-        out.host is not None
-        and out.host.reason == "the host carries no nvidia-smi, so it cannot be asked what it sees"
+        out.host is not None and out.host.reason == "the host carries no nvidia-smi, so it cannot be asked what it sees"
     )
 
 

@@ -15,9 +15,7 @@ def tree(tmp_path: Path) -> Path:
     dev.mkdir(parents=True)
     (dev / "vendor").write_text("0x10de\n")
     (root / "sys/bus/pci/devices").mkdir(parents=True)
-    os.symlink(
-        "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0", root / "sys/bus/pci/devices/0000:01:00.0"
-    )
+    os.symlink("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0", root / "sys/bus/pci/devices/0000:01:00.0")
     (root / "etc").mkdir()
     (root / "etc/hostname").write_text("inside\n")
     (tmp_path / "outside").write_text("secret\n")
@@ -26,10 +24,7 @@ def tree(tmp_path: Path) -> Path:
 
 def test_relative_symlink_is_followed_from_its_directory(tree: Path) -> None:
     host = HostRoot(tree)
-    assert (
-        host.canonical("/sys/bus/pci/devices/0000:01:00.0")
-        == "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
-    )
+    assert host.canonical("/sys/bus/pci/devices/0000:01:00.0") == "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
     assert host.read_text("/sys/bus/pci/devices/0000:01:00.0/vendor") == "0x10de\n"
 
 

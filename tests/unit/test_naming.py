@@ -32,9 +32,7 @@ def test_group_id(name: str, manufacturer: str, expected: str) -> None:
     assert group_id(manufacturer, name, 0, with_memory=False) == expected
 
 
-@pytest.mark.parametrize(
-    ("mib", "expected"), [(0, "0g"), (512, "1g"), (1023, "1g"), (143771, "140g"), (81559, "80g")]
-)
+@pytest.mark.parametrize(("mib", "expected"), [(0, "0g"), (512, "1g"), (1023, "1g"), (143771, "140g"), (81559, "80g")])
 def test_memory_suffix(mib: int, expected: str) -> None:
     assert format_memory_suffix(mib) == expected
 
@@ -61,9 +59,7 @@ def test_binary_si(mib: int, expected: str) -> None:
 
 
 def test_non_strip_dedup_runs_on_the_sanitized_stream() -> None:
-    assert (
-        normalize_name("Intel(R) Core(TM) i9-14900K", "intel", 50, strip_cruft=False) == "r-coretm-i9-14900k"
-    )
+    assert normalize_name("Intel(R) Core(TM) i9-14900K", "intel", 50, strip_cruft=False) == "r-coretm-i9-14900k"
 
 
 @pytest.mark.parametrize(
@@ -98,9 +94,7 @@ def test_sanitize_label_value(value: str, expected: str) -> None:
 SEPS = set("-_.")
 
 
-@given(
-    st.text(), st.sampled_from(["", "amd", "intel", "nvidia", "generic"]), st.integers(-1, 80), st.booleans()
-)
+@given(st.text(), st.sampled_from(["", "amd", "intel", "nvidia", "generic"]), st.integers(-1, 80), st.booleans())
 def test_normalize_name_is_always_label_safe(name: str, prefix: str, budget: int, strip: bool) -> None:
     out = normalize_name(name, prefix, budget, strip)
     assert all(c.islower() or c.isdigit() or c in SEPS for c in out)

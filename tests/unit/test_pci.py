@@ -38,9 +38,7 @@ def add_device(
 
 
 def test_scan_reads_bridges_numa_and_driver(tmp_path: Path) -> None:
-    add_device(
-        tmp_path, ["0000:15:01.0", "0000:16:00.0", "0000:18:00.0"], "10de", "2330", "030200", driver="nvidia"
-    )
+    add_device(tmp_path, ["0000:15:01.0", "0000:16:00.0", "0000:18:00.0"], "10de", "2330", "030200", driver="nvidia")
     add_device(tmp_path, ["0000:00:02.0"], "1af4", "1041", "020000", numa="-1\n")
     scan = scan_pci(HostRoot(tmp_path))
     assert scan.failure is None and scan.errors == []

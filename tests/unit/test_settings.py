@@ -79,8 +79,7 @@ def test_manufacturer_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_defaults_table() -> None:
     table = {
-        n: (m.identity.pci_vendor_id, m.identity.resource_name, m.identity.runtime_name)
-        for n, m in REGISTRY.items()
+        n: (m.identity.pci_vendor_id, m.identity.resource_name, m.identity.runtime_name) for n, m in REGISTRY.items()
     }
     assert table == {
         "amd": ("1002", "amd.com/gpu", "amd"),

@@ -50,9 +50,16 @@ class Request:
     manufacturers: list[str]
     settings: Settings
     resolved: dict[str, Resolved]
+    no_pci_check: bool = False
 
 
-def make_request(host_root: str | None, manufacturers: list[str] | None, settings: Settings | None = None) -> Request:
+def make_request(
+    host_root: str | None,
+    manufacturers: list[str] | None,
+    settings: Settings | None = None,
+    *,
+    no_pci_check: bool = False,
+) -> Request:
     """Validate what a caller asked for. Raises ``UnknownManufacturerError`` / ``SettingsError``."""
     names = parse_manufacturers(manufacturers)
     return Request(
@@ -60,12 +67,13 @@ def make_request(host_root: str | None, manufacturers: list[str] | None, setting
         manufacturers=names,
         settings=settings or load_settings(),
         resolved=resolve_manufacturers(names),
+        no_pci_check=no_pci_check,
     )
 
 
 def run_detect(req: Request) -> NodeDetection:
     """One detection pass. Raises ``HostRootError`` when the host root is unusable."""
-    return detect_node(HostRoot(req.host_root), req.resolved, req.settings)
+    return detect_node(HostRoot(req.host_root), req.resolved, req.settings, req.no_pci_check)
 
 
 def detect(req: Request) -> dict[str, object]:
@@ -81,7 +89,7 @@ def run_preflight(req: Request, dry_run: bool = False) -> Report:
         host = HostRoot(req.host_root)
     except HostRootError as exc:
         return unusable_root_report(req.manufacturers, str(exc))
-    return preflight(detect_node(host, req.resolved, req.settings), HostExec(str(host.root)))
+    return preflight(detect_node(host, req.resolved, req.settings, req.no_pci_check), HostExec(str(host.root)))
 
 
 def monitor(req: Request) -> dict[str, object]:

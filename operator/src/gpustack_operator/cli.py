@@ -43,6 +43,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help=f"manufacturer(s) to ask about, repeatable or comma-separated; one of {', '.join(NAMES)} "
         "(default: all nine)",
     )
+    p.add_argument("--no-pci-check", action="store_true", help="skip the detect pass's PCI check")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-v, -vv)")
 
 
@@ -141,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         manufacturers = [args.manufacturer] if args.action == "mode" else args.manufacturer
-        req = api.make_request(args.host_root, manufacturers)
+        req = api.make_request(args.host_root, manufacturers, no_pci_check=getattr(args, "no_pci_check", False))
     except (UnknownManufacturerError, SettingsError) as exc:
         parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
 

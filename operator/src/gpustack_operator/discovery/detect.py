@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from gpustack_operator.discovery.cpu import CpuIdentity, CpuInfoError, general_node_key_of, read_cpu_identity
 from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
+from gpustack_operator.discovery.network import InterfaceInventory, InventoryOk, rdma_labels, read_interfaces
 from gpustack_operator.discovery.pci import PciScan, scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import DevicesGroup
@@ -40,6 +41,7 @@ class NodeDetection:
     cpu_error: str | None
     pci: PciScan
     resolved: dict[str, Resolved]
+    interfaces: InterfaceInventory | None = None
     outcomes: dict[str, DetectOutcome] = field(default_factory=dict)
 
     @property
@@ -57,7 +59,11 @@ class NodeDetection:
     def labels(self) -> dict[str, str]:
         """The labels this node would carry: NFD's prediction with the Device Manager's on top."""
         vendors = [resolve(m.identity).pci for m in REGISTRY.values()]
-        return node_labels(nfd_labels(self.pci, self.cpu, vendors), acceleratable_labels(self.groups))
+        device_manager = acceleratable_labels(self.groups)
+        if isinstance(self.interfaces, InventoryOk):
+            topologies = [a.topology for g in self.groups for a in g.accelerators]
+            device_manager.update(rdma_labels(self.interfaces, topologies))
+        return node_labels(nfd_labels(self.pci, self.cpu, vendors), device_manager)
 
 
 def resolve_manufacturers(names: list[str]) -> dict[str, Resolved]:
@@ -83,7 +89,14 @@ def detect_node(
         cpu_error = f"CPU identity could not be read: {exc}"
         log.warning("%s", cpu_error)
     pci = scan_pci(host)
-    result = NodeDetection(host_root=str(host.root), cpu=cpu, cpu_error=cpu_error, pci=pci, resolved=resolved)
+    result = NodeDetection(
+        host_root=str(host.root),
+        cpu=cpu,
+        cpu_error=cpu_error,
+        pci=pci,
+        resolved=resolved,
+        interfaces=read_interfaces(host),
+    )
     for name in sorted(resolved):
         ctx = DetectContext(
             host=host, pci=pci, settings=settings, manufacturer=resolved[name], no_pci_check=no_pci_check
@@ -166,4 +179,10 @@ def detect_document(result: NodeDetection) -> dict[str, object]:
     node["labels"] = result.labels()
     if result.unmeasured:
         node["unmeasured"] = dict(sorted(result.unmeasured.items()))
-    return {"node": node, "groups": [g.wire() for g in result.groups]}
+    doc: dict[str, object] = {"node": node, "groups": [g.wire() for g in result.groups]}
+    # Devices.spec.interfaces: absent (not empty) when the enumeration failed -- absence is no claim.
+    if isinstance(result.interfaces, InventoryOk):
+        doc["interfaces"] = [i.wire() for i in result.interfaces.interfaces]
+    elif result.interfaces is not None:
+        node["interfacesError"] = result.interfaces.reason
+    return doc

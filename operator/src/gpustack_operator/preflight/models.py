@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from gpustack_operator.discovery.network import NetworkCheck
 from gpustack_operator.ledger.models import CamelModel
 
 
@@ -70,11 +71,20 @@ class Group(CamelModel):
     note: str | None = None
 
 
+class NetworkSection(CamelModel):
+    """The node's RDMA links (belongs to no manufacturer); never affects the exit code."""
+
+    timestamp: str
+    checks: list[NetworkCheck] | None = None
+    note: str | None = None
+
+
 class Report(CamelModel):
-    """The whole document. ``network`` and ``topology`` are added by later stages of this
-    implementation; until then they are absent rather than faked."""
+    """The whole document. ``topology`` (the kubelet's TopologyManager policy) is added by a later
+    stage of this implementation; until then it is absent rather than faked."""
 
     accelerators: list[Group] = Field(default_factory=list)
+    network: NetworkSection | None = None
 
     def failures(self) -> list[str]:
         """Every ``unavailable`` answer, in words: non-empty means a non-zero exit."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpustack_operator.discovery.detect import NodeDetection
+from gpustack_operator.discovery.network import preflight_rows
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import Detected, DetectOutcome, Unmeasured
 from gpustack_operator.preflight.crosscheck import cross_check
 from gpustack_operator.preflight.hostexec import HostExec
-from gpustack_operator.preflight.models import Depth, Detection, Group, Report, State
+from gpustack_operator.preflight.models import Depth, Detection, Group, NetworkSection, Report, State
 
 DETECTION_NO_ACCELERATOR = "the detect pass found no accelerator of this manufacturer"
 DETECTION_UNMEASURED = (
@@ -87,7 +88,12 @@ def preflight(result: NodeDetection, host: HostExec | None = None) -> Report:
 
     ``host`` enters the host root to cross-check detection against the host's own vendor CLI.
     """
-    return Report(accelerators=[preflight_group(m, o, host) for m, o in sorted(result.outcomes.items())])
+    rows = preflight_rows(result.interfaces) if result.interfaces is not None else None
+    network = NetworkSection(timestamp=now(), checks=rows.checks, note=rows.note) if rows is not None else None
+    return Report(
+        accelerators=[preflight_group(m, o, host) for m, o in sorted(result.outcomes.items())],
+        network=network,
+    )
 
 
 def unusable_root_report(manufacturers: list[str], reason: str) -> Report:

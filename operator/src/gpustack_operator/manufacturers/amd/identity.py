@@ -10,12 +10,14 @@ IDENTITY = Identity(
     runtime_name="amd",
     accelerator_classes=("03", "12"),  # Instinct MI300 is a processing accelerator (1200)
     partition_kind=None,
+    # Device ids that name one product whatever the revision (libdrm amdgpu.ids). Radeon ids are
+    # shared across products (747e is the RX 7800 XT at revision c8 and the RX 7700 XT at ff), so
+    # they are named by (device, revision) in products.py and are not listed here.
     products={
         "74a1": "AMD Instinct MI300X",
+        "74a0": "AMD Instinct MI300A",
         "740f": "AMD Instinct MI210",
-        "740c": "AMD Instinct MI250X/MI250",
+        "740c": "AMD Instinct MI250X / MI250",
         "738c": "AMD Instinct MI100",
-        "744c": "AMD Radeon RX 7900 XTX",
-        "747e": "AMD Radeon RX 7800 XT",
     },
 )

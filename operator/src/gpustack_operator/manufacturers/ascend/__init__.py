@@ -1,7 +1,20 @@
-"""Ascend — everything this operator knows about the manufacturer lives in this folder."""
+"""Ascend — everything this operator knows about the manufacturer lives in this folder.
 
+``identity.py`` (who it is), ``dcmi.py`` (ctypes bindings for libdcmi, both API generations),
+``soc.py`` (chip name → SoC → family, logical slicing), ``versions.py`` (CANN / driver version files),
+``detect.py`` (detector and monitor), ``modes.py`` (container-share), ``hostcli.py`` (npu-smi).
+"""
+
+from gpustack_operator.manufacturers.ascend import detect as _detect
+from gpustack_operator.manufacturers.ascend.hostcli import HOST_CLI
 from gpustack_operator.manufacturers.ascend.identity import IDENTITY
+from gpustack_operator.manufacturers.ascend.modes import CONTAINER_SHARE, MODE
 from gpustack_operator.manufacturers.base import Manufacturer
-from gpustack_operator.manufacturers.pcibackend import detect_from_pci
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect_from_pci)
+MANUFACTURER = Manufacturer(
+    identity=IDENTITY,
+    detect=_detect.detect,
+    monitor=_detect.monitor,
+    modes={MODE: CONTAINER_SHARE},
+    host_cli=HOST_CLI,
+)

@@ -8,7 +8,13 @@ IDENTITY = Identity(
     pci_vendor_id="1d94",
     resource_name="hygon.com/dcu",
     runtime_name="hygon",
-    accelerator_classes=("03", "0b", "12"),
+    accelerator_classes=("03", "0b", "12"),  # Z100L is 0380, the K100 family 0b40 (co-processor)
     partition_kind="mig",
-    products={},
+    # DCU PCI device ids as Hygon's installation guides list them (lspci: ZIFANG / KONGMING), and
+    # the names the DCU software stack and hy-smi users call the cards by.
+    products={
+        "55b7": "Z100L",
+        "62b7": "K100",
+        "6210": "K100_AI",
+    },
 )

@@ -1,7 +1,12 @@
-"""MetaX — everything this operator knows about the manufacturer lives in this folder."""
+"""MetaX — everything this operator knows about the manufacturer lives in this folder.
+
+Detection and the usage monitor read MXSML (``detect.py`` over the ctypes binding ``mxsml.py``); the
+read-only ``sgpu`` driver mode reads the sGPU sysfs registry (``modes.py``).
+"""
 
 from gpustack_operator.manufacturers.base import Manufacturer
+from gpustack_operator.manufacturers.metax.detect import detect, monitor
 from gpustack_operator.manufacturers.metax.identity import IDENTITY
-from gpustack_operator.manufacturers.pcibackend import detect_from_pci
+from gpustack_operator.manufacturers.metax.modes import SGPU
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect_from_pci)
+MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect, monitor=monitor, modes={SGPU.mode: SGPU})

@@ -1,7 +1,10 @@
-"""MThreads — everything this operator knows about the manufacturer lives in this folder."""
+"""MThreads — everything this operator knows about the manufacturer lives in this folder.
+
+Detection and the usage monitor read MTML (``detect.py`` over the ctypes binding ``mtml.py``).
+"""
 
 from gpustack_operator.manufacturers.base import Manufacturer
+from gpustack_operator.manufacturers.mthreads.detect import detect, monitor
 from gpustack_operator.manufacturers.mthreads.identity import IDENTITY
-from gpustack_operator.manufacturers.pcibackend import detect_from_pci
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect_from_pci)
+MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect, monitor=monitor)

@@ -1,0 +1,288 @@
+"""Minimal ctypes binding of Cambricon CNDev (``libcndev.so``): only the calls detection, the usage
+monitor and the sMLU driver mode need.
+
+Source of every symbol, signature and struct layout below (no vendor header ships with this
+project): ``cndev.h`` as vendored in gpustack/gpustack-operator ``binding/cndev/cndev.h`` (the
+CNDEV_VERSION_6 generation), cross-checked against Cambricon's cambricon-k8s-device-plugin headers
+and its cnDev mock (``cndevInit(int)``, ``cndevGetDeviceHandleByIndex(int, cndevDevice_t *)``,
+``cndevGetSMLUMode(cndevSMLUMode_t *, cndevDevice_t)``). Versioned structs carry ``version`` as their
+first field, set to ``CNDEV_VERSION_6`` by the caller (cnDev rejects an undeclared layout with
+``CNDEV_ERROR_UNSUPPORTED_API_VERSION``). Memory sizes are in MB (MiB) as the header states.
+
+A symbol the loaded library does not export is a :class:`MissingSymbolError` — the "no such API" case the
+sMLU mode must tell apart from a driver refusal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+CNDEV_VERSION_6 = 6
+CNDEV_SUCCESS = 0
+CNDEV_FEATURE_DISABLED = 0
+CNDEV_FEATURE_ENABLED = 1
+
+# cndevRet_t names (cndev.h), for messages when cndevGetErrorString is unavailable.
+RETURN_NAMES = {
+    0: "CNDEV_SUCCESS",
+    1: "CNDEV_ERROR_NO_DRIVER",
+    2: "CNDEV_ERROR_LOW_DRIVER_VERSION",
+    3: "CNDEV_ERROR_UNSUPPORTED_API_VERSION",
+    4: "CNDEV_ERROR_UNINITIALIZED",
+    5: "CNDEV_ERROR_INVALID_ARGUMENT",
+    6: "CNDEV_ERROR_INVALID_DEVICE_ID",
+    7: "CNDEV_ERROR_UNKNOWN",
+    8: "CNDEV_ERROR_MALLOC",
+    9: "CNDEV_ERROR_INSUFFICIENT_SPACE",
+    10: "CNDEV_ERROR_NOT_SUPPORTED",
+    11: "CNDEV_ERROR_INVALID_LINK",
+    12: "CNDEV_ERROR_NO_DEVICES",
+    13: "CNDEV_ERROR_NO_PERMISSION",
+    14: "CNDEV_ERROR_NOT_FOUND",
+    15: "CNDEV_ERROR_IN_USE",
+    16: "CNDEV_ERROR_DUPLICATE",
+    17: "CNDEV_ERROR_TIMEOUT",
+    18: "CNDEV_ERROR_IN_PROBLEM",
+}
+
+
+class CndevError(Exception):
+    """A CNDev call returned a non-success ``cndevRet_t``."""
+
+    def __init__(self, call: str, code: int) -> None:
+        self.call = call
+        self.code = code
+        super().__init__(f"{call} returned {RETURN_NAMES.get(code, 'cndevRet_t')} ({code})")
+
+
+class MissingSymbolError(CndevError):
+    """The loaded library does not export this entry point (an older cnDev / driver)."""
+
+    def __init__(self, call: str) -> None:
+        Exception.__init__(self, f"{call} is not exported by this libcndev")
+        self.call = call
+        self.code = -1
+
+
+class _CardInfo(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("number", ctypes.c_uint32)]
+
+
+class _UUID(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("uuid", ctypes.c_uint8 * 37), ("ncsUUID64", ctypes.c_uint64)]
+
+
+class _MemoryInfoV2(ctypes.Structure):
+    _fields_ = [
+        ("physicalMemoryTotal", ctypes.c_int64),
+        ("physicalMemoryUsed", ctypes.c_int64),
+        ("reservedMemory", ctypes.c_int64),
+        ("virtualMemoryTotal", ctypes.c_int64),
+        ("virtualMemoryUsed", ctypes.c_int64),
+        ("globalMemory", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 16),
+    ]
+
+
+class _VersionInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("mcuMajorVersion", ctypes.c_uint32),
+        ("mcuMinorVersion", ctypes.c_uint32),
+        ("mcuBuildVersion", ctypes.c_uint32),
+        ("driverMajorVersion", ctypes.c_uint32),
+        ("driverMinorVersion", ctypes.c_uint32),
+        ("driverBuildVersion", ctypes.c_uint32),
+    ]
+
+
+class _PCIeInfoV2(ctypes.Structure):
+    _fields_ = [
+        ("subsystemId", ctypes.c_uint32),
+        ("deviceId", ctypes.c_uint32),
+        ("vendor", ctypes.c_uint16),
+        ("subsystemVendor", ctypes.c_uint16),
+        ("domain", ctypes.c_uint32),
+        ("bus", ctypes.c_uint32),
+        ("device", ctypes.c_uint32),
+        ("function", ctypes.c_uint32),
+        ("moduleId", ctypes.c_uint16),
+        ("slotId", ctypes.c_uint16),
+        ("reserved", ctypes.c_uint32 * 8),
+    ]
+
+
+class _DevicePowerInfo(ctypes.Structure):
+    _fields_ = [
+        ("usage", ctypes.c_int32),
+        ("cap", ctypes.c_int32),
+        ("machine", ctypes.c_int32),
+        ("tdp", ctypes.c_int32),
+        ("maxPower", ctypes.c_int32),
+        ("reserved", ctypes.c_int32 * 16),
+    ]
+
+
+class _TemperatureInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("board", ctypes.c_int32),
+        ("cluster", ctypes.c_int32 * 20),
+        ("memoryDie", ctypes.c_int32 * 8),
+        ("chip", ctypes.c_int32),
+        ("airInlet", ctypes.c_int32),
+        ("airOutlet", ctypes.c_int32),
+        ("memory", ctypes.c_int32),
+        ("videoInput", ctypes.c_int32),
+        ("cpu", ctypes.c_int32),
+        ("isp", ctypes.c_int32),
+    ]
+
+
+class _UtilizationInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("averageCoreUtilization", ctypes.c_int32),
+        ("coreUtilization", ctypes.c_int32 * 80),
+    ]
+
+
+class _SMLUMode(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("smluMode", ctypes.c_int32)]  # cndevEnableStatusEnum_t
+
+
+def _c_string(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace").strip()
+
+
+class CnDev:
+    """One loaded ``libcndev``. Methods raise :class:`CndevError` / :class:`MissingSymbolError`."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+
+    def _fn(self, name: str, restype: Any, *argtypes: Any) -> Any:
+        try:
+            fn = getattr(self._lib, name)
+        except AttributeError:
+            raise MissingSymbolError(name) from None
+        fn.restype = restype
+        fn.argtypes = list(argtypes)
+        return fn
+
+    def _call(self, name: str, *args: Any, argtypes: tuple[Any, ...]) -> None:
+        code = int(self._fn(name, ctypes.c_int, *argtypes)(*args))
+        if code != CNDEV_SUCCESS:
+            raise CndevError(name, code)
+
+    def has(self, name: str) -> bool:
+        return hasattr(self._lib, name)
+
+    # cndevRet_t cndevInit(int reserved)
+    def init(self) -> None:
+        self._call("cndevInit", 0, argtypes=(ctypes.c_int,))
+
+    # cndevRet_t cndevRelease(void)
+    def release(self) -> None:
+        self._call("cndevRelease", argtypes=())
+
+    # cndevRet_t cndevGetDeviceCount(cndevCardInfo_t *cardNum)
+    def device_count(self) -> int:
+        info = _CardInfo(version=CNDEV_VERSION_6)
+        self._call("cndevGetDeviceCount", ctypes.byref(info), argtypes=(ctypes.POINTER(_CardInfo),))
+        return int(info.number)
+
+    # cndevRet_t cndevGetDeviceHandleByIndex(int index, cndevDevice_t *handle)
+    def handle(self, index: int) -> int:
+        handle = ctypes.c_int32()
+        self._call(
+            "cndevGetDeviceHandleByIndex",
+            index,
+            ctypes.byref(handle),
+            argtypes=(ctypes.c_int, ctypes.POINTER(ctypes.c_int32)),
+        )
+        return int(handle.value)
+
+    # cndevRet_t cndevGetUUID(cndevUUID_t *uuidInfo, cndevDevice_t device)
+    def uuid(self, handle: int) -> str:
+        info = _UUID(version=CNDEV_VERSION_6)
+        self._call("cndevGetUUID", ctypes.byref(info), handle, argtypes=(ctypes.POINTER(_UUID), ctypes.c_int32))
+        return _c_string(bytes(info.uuid))
+
+    # const char *cndevGetCardNameStringByDevId(cndevDevice_t device); "Unknown" when unknown
+    def card_name(self, handle: int) -> str:
+        raw = self._fn("cndevGetCardNameStringByDevId", ctypes.c_char_p, ctypes.c_int32)(handle)
+        return _c_string(raw or b"")
+
+    # cndevRet_t cndevGetMemoryUsageV2(cndevMemoryInfoV2_t *memInfo, cndevDevice_t device); MB
+    def memory_mib(self, handle: int) -> tuple[int, int]:
+        """(physical total, physical used) in MiB."""
+        info = _MemoryInfoV2()
+        self._call(
+            "cndevGetMemoryUsageV2",
+            ctypes.byref(info),
+            handle,
+            argtypes=(ctypes.POINTER(_MemoryInfoV2), ctypes.c_int32),
+        )
+        return int(info.physicalMemoryTotal), int(info.physicalMemoryUsed)
+
+    # cndevRet_t cndevGetPCIeInfoV2(cndevPCIeInfoV2_t *info, cndevDevice_t device)
+    def pci_bus_id(self, handle: int) -> str:
+        info = _PCIeInfoV2()
+        self._call(
+            "cndevGetPCIeInfoV2", ctypes.byref(info), handle, argtypes=(ctypes.POINTER(_PCIeInfoV2), ctypes.c_int32)
+        )
+        return f"{info.domain:04x}:{info.bus:02x}:{info.device:02x}.{info.function:x}"
+
+    # cndevRet_t cndevGetVersionInfo(cndevVersionInfo_t *versInfo, cndevDevice_t device)
+    def driver_version(self, handle: int) -> tuple[int, int, int]:
+        info = _VersionInfo(version=CNDEV_VERSION_6)
+        self._call(
+            "cndevGetVersionInfo", ctypes.byref(info), handle, argtypes=(ctypes.POINTER(_VersionInfo), ctypes.c_int32)
+        )
+        return int(info.driverMajorVersion), int(info.driverMinorVersion), int(info.driverBuildVersion)
+
+    # cndevRet_t cndevGetDevicePowerInfo(cndevDevicePowerInfo_t *powerInfo, cndevDevice_t device); W
+    def power_watts(self, handle: int) -> int:
+        info = _DevicePowerInfo()
+        self._call(
+            "cndevGetDevicePowerInfo",
+            ctypes.byref(info),
+            handle,
+            argtypes=(ctypes.POINTER(_DevicePowerInfo), ctypes.c_int32),
+        )
+        return int(info.usage)
+
+    # cndevRet_t cndevGetTemperatureInfo(cndevTemperatureInfo_t *tempInfo, cndevDevice_t device); °C
+    def chip_temperature(self, handle: int) -> int:
+        info = _TemperatureInfo(version=CNDEV_VERSION_6)
+        self._call(
+            "cndevGetTemperatureInfo",
+            ctypes.byref(info),
+            handle,
+            argtypes=(ctypes.POINTER(_TemperatureInfo), ctypes.c_int32),
+        )
+        return int(info.chip)
+
+    # cndevRet_t cndevGetDeviceUtilizationInfo(cndevUtilizationInfo_t *utilInfo, cndevDevice_t device)
+    def core_utilization(self, handle: int) -> int:
+        info = _UtilizationInfo(version=CNDEV_VERSION_6)
+        self._call(
+            "cndevGetDeviceUtilizationInfo",
+            ctypes.byref(info),
+            handle,
+            argtypes=(ctypes.POINTER(_UtilizationInfo), ctypes.c_int32),
+        )
+        return int(info.averageCoreUtilization)
+
+    # cndevRet_t cndevGetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device)
+    def smlu_mode(self, handle: int) -> bool:
+        mode = _SMLUMode(version=CNDEV_VERSION_6)
+        self._call("cndevGetSMLUMode", ctypes.byref(mode), handle, argtypes=(ctypes.POINTER(_SMLUMode), ctypes.c_int32))
+        return int(mode.smluMode) == CNDEV_FEATURE_ENABLED
+
+    # cndevRet_t cndevSetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device)
+    def set_smlu_mode(self, handle: int, enabled: bool) -> None:
+        mode = _SMLUMode(version=CNDEV_VERSION_6, smluMode=CNDEV_FEATURE_ENABLED if enabled else CNDEV_FEATURE_DISABLED)
+        self._call("cndevSetSMLUMode", ctypes.byref(mode), handle, argtypes=(ctypes.POINTER(_SMLUMode), ctypes.c_int32))

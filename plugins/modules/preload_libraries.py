@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: GPUStack operator team
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: preload_libraries
+short_description: Stage the GPUStack preload libraries a node needs under /var/lib/gpustack/operator/lib
+version_added: "0.1.0"
+description:
+  - Does on a node what the Device Manager's init container does - copies the slicing preload
+    libraries onto the host, under C(<host_root>/var/lib/gpustack/operator/lib), so the allocator can
+    mount them into sliced containers.
+  - Runs one detection pass on the target to decide which parts of the tree the node needs -
+    C(nvidia/cuda-<major>) (HAMi-core per CUDA major, major 12 when the runtime version is unknown),
+    C(ascend/cann-<major>-<family>) (vcann-rt, major 8 when unknown; an Ascend group with no
+    detected SoC family gets nothing), C(amd), C(iluvatar) (the CUDA 12 HAMi-core build, one flat
+    directory) and C(thead). AMD and T-Head get nothing on arm64 (no shim is built there).
+    Cambricon, Hygon, MetaX and MThreads slice without a preload library. Every group that gets
+    nothing is listed under RV(not_staged) with the reason; so is a manufacturer that could not be
+    measured.
+  - Idempotent by checksum - a subtree whose files (sha256), symlinks and modes already match the
+    source is not touched. A subtree that differs is rebuilt in a hidden directory beside it and
+    swapped in with a rename, so a container never sees it half-written. Files the source no
+    longer has are removed from that subtree.
+  - Never removes the tree or a subtree the node does not need, never writes to
+    C(/var/lib/gpustack/operator/pods), and refuses - naming the path - a symlink anywhere on the
+    destination path (C(var), C(lib), C(gpustack), C(operator), C(lib), the subtree) or one inside
+    the subtree pointing out of it.
+requirements:
+  - the C(gpustack-operator) Python package on the target (the C(install) role puts it there)
+options:
+  src:
+    description:
+      - The preload-library tree, laid out as C(<manufacturer>[/<runtime-subdir>]/...) (the
+        operator image's C(lib) directory) - a directory, or a C(.tar) / C(.tar.gz) / C(.tar.xz)
+        archive of one whose members are relative to that root.
+      - Archive members are checked before anything is extracted - an absolute name, a C(..)
+        component, a link leaving the archive, a device, pipe or socket fails the task.
+      - A subtree the node needs that the source does not carry fails the task, naming it.
+    type: path
+    required: true
+  remote_src:
+    description:
+      - V(true) - O(src) is a path on the target.
+      - V(false) - O(src) is on the controller (found like other C(files/) sources); it is copied
+        to the task's temporary directory on the target first (a directory is packed into a tar
+        archive for the trip) and removed afterwards.
+      - Unlike M(ansible.builtin.copy), the default is the target, because on a node the tree
+        usually comes from the operator image unpacked there.
+    type: bool
+    default: true
+  host_root:
+    description:
+      - Directory the node's root filesystem is reached at; the tree lands under
+        C(<host_root>/var/lib/gpustack/operator/lib).
+      - Defaults to the host's C(gpustack_host_root) inventory variable when set, else C(/host)
+        when the node's root is mounted there, otherwise C(/).
+    type: path
+  manufacturers:
+    description:
+      - Only stage for these manufacturers (detection asks only about them); defaults to the host's
+        C(gpustack_manufacturers) inventory variable when set, else all nine.
+    type: list
+    elements: str
+    choices: [amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead]
+  state:
+    description:
+      - V(present) - the subtrees the node needs match the source. (Staged libraries are never
+        removed; the Device Manager keeps using them.)
+    type: str
+    choices: [present]
+    default: present
+attributes:
+  check_mode:
+    support: full
+    description: Plans only - reports what would be added, replaced and removed; writes nothing.
+  diff_mode:
+    support: full
+    description: One diff per subtree that changes - its listing (path, mode, sha256 or link target) before and after.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux nodes (detection reads sysfs and /proc through the host root; staging uses O_NOFOLLOW and dir fds).
+notes:
+  - Run as root on a node; the staged files belong to the user the module runs as.
+  - The allocator picks C(cuda-<major>) / C(cann-<major>-<family>) from the first allocated
+    accelerator (one driver stack per node), so a node needs exactly one of each.
+seealso:
+  - module: gpustack.accelerators.accelerator_facts
+  - module: gpustack.accelerators.preflight
+author:
+  - GPUStack operator team (@gpustack)
+"""
+
+EXAMPLES = r"""
+- name: Stage from the lib tree unpacked on each node
+  gpustack.accelerators.preload_libraries:
+    src: /opt/gpustack/lib
+
+- name: Ship a tarball from the controller and stage it
+  gpustack.accelerators.preload_libraries:
+    src: files/gpustack-preload-lib.tar.gz
+    remote_src: false
+
+- name: Preview what would change (also run the play with --check --diff to see the listings)
+  gpustack.accelerators.preload_libraries:
+    src: /opt/gpustack/lib
+  check_mode: true
+  register: preload
+
+- name: Only NVIDIA, on a node whose root is mounted at /host
+  gpustack.accelerators.preload_libraries:
+    src: /opt/gpustack/lib
+    host_root: /host
+    manufacturers: [nvidia]
+"""
+
+RETURN = r"""
+destination:
+  description: The lib tree the subtrees are staged under.
+  returned: always
+  type: str
+  sample: /var/lib/gpustack/operator/lib
+staged:
+  description: The subtrees this node needs, now in place (in check mode, that would be in place).
+  returned: always
+  type: list
+  elements: str
+  sample: [nvidia/cuda-12]
+updated:
+  description: The subtrees that were (in check mode, would be) written.
+  returned: always
+  type: list
+  elements: str
+  sample: [nvidia/cuda-12]
+not_staged:
+  description:
+    - Detected groups that get no library here, and manufacturers that could not be measured.
+    - (Not C(skipped), which Ansible reserves for skipped tasks.)
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    manufacturer:
+      description: The manufacturer.
+      type: str
+    group:
+      description: The Devices group id; absent for a manufacturer that could not be measured.
+      type: str
+    reason:
+      description: Why nothing is staged for it.
+      type: str
+  sample:
+    - manufacturer: ascend
+      group: ascend-910b
+      reason: "no Ascend SoC family detected: the library directory is cann-<major>-<family>, so none is staged"
+assumptions:
+  description: Defaults taken for groups whose runtime version is unknown (the major used).
+  returned: always
+  type: list
+  elements: str
+  sample: ["nvidia group nvidia-h100-80gb-hbm3: CUDA version unknown; assuming major 12"]
+added:
+  description: Files, directories (ending in C(/)) and links that were (would be) added, as C(<subtree>/<path>).
+  returned: always
+  type: list
+  elements: str
+  sample: [amd/libvrocm.so, amd/rocm-monitor]
+replaced:
+  description: Entries whose content, mode or link target changed; a bare subtree name means its directory mode.
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: Entries in a staged subtree that the source no longer has.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack import (
+    MANUFACTURERS,
+    gpustack_api,
+    make_request,
+    require_gpustack,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            src=dict(type="path", required=True),
+            remote_src=dict(type="bool", default=True),
+            host_root=dict(type="path"),
+            manufacturers=dict(type="list", elements="str", choices=MANUFACTURERS),
+            state=dict(type="str", choices=["present"], default="present"),
+        ),
+        supports_check_mode=True,
+    )
+    require_gpustack(module)
+    from gpustack_operator.host import HostRootError
+    from gpustack_operator.preload import StageError, stage_node
+
+    req = make_request(module)
+    try:
+        detection = gpustack_api.run_detect(req)
+        outcome = stage_node(detection, Path(module.params["src"]), Path(req.host_root), check=module.check_mode)
+    except (HostRootError, StageError) as exc:
+        module.fail_json(msg=str(exc))
+    result = outcome.model_dump(mode="json", exclude={"diff"}, exclude_none=True)
+    if module._diff:
+        result["diff"] = outcome.diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+/* Stand-in for Cambricon's libcndev.so (CNDev), for the test suite only.
+ *
+ * Exports the real CNDev symbol names with the C signatures and struct layouts of cndev.h (as
+ * vendored in gpustack/gpustack-operator binding/cndev/cndev.h and Cambricon's own
+ * cambricon-k8s-device-plugin headers/mocks), serving the data in "<this library>.fixture":
+ *
+ *   init=<cndevRet_t of cndevInit>            count_error=<cndevRet_t of cndevGetDeviceCount>
+ *   devices=<n>                                driver=<major.minor.build>
+ *   device.<i>.uuid=<36-char uuid>             device.<i>.uuid_error=<cndevRet_t>
+ *   device.<i>.name=<card name>                device.<i>.name_error=1 (name string "Unknown")
+ *   device.<i>.bus=<dddd:bb:dd.f>              device.<i>.memory_mib / memory_used_mib
+ *   device.<i>.util / temperature / power      device.<i>.smlu=0|1
+ *   device.<i>.smlu_get_error / smlu_set_error=<cndevRet_t>
+ *
+ * Built with -DFAKE_CNDEV_NO_SMLU it lacks the two sMLU entry points, as an older library does.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fixture store: the same block in every stand-in of this suite ---------------------------
+ * The data file is "<this library's own path>.fixture" (found through dladdr), one "key=value" per
+ * line, '#' comments. Per-device keys are "device.<index>.<field>". Re-read on every init call, so a
+ * change another process wrote is seen; kv_save() rewrites it (that is how a mode set persists). */
+#define KV_MAX 1024
+static char kv_keys[KV_MAX][96];
+static char kv_vals[KV_MAX][256];
+static int kv_n = 0;
+static char kv_path[4096];
+
+static void kv_locate(void) {
+    Dl_info info;
+    if (kv_path[0] == '\0' && dladdr((void *)kv_locate, &info) && info.dli_fname) {
+        snprintf(kv_path, sizeof kv_path, "%.4000s.fixture", info.dli_fname);
+    }
+}
+
+static __attribute__((unused)) int kv_load(void) {
+    char line[512];
+    FILE *fh;
+    kv_locate();
+    kv_n = 0;
+    fh = fopen(kv_path, "r");
+    if (!fh) return -1;
+    while (fgets(line, sizeof line, fh) && kv_n < KV_MAX) {
+        char *eq, *end;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || line[0] == '\0') continue;
+        eq = strchr(line, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        end = eq + 1;
+        snprintf(kv_keys[kv_n], sizeof kv_keys[kv_n], "%.95s", line);
+        snprintf(kv_vals[kv_n], sizeof kv_vals[kv_n], "%.255s", end);
+        kv_n++;
+    }
+    fclose(fh);
+    return 0;
+}
+
+static __attribute__((unused)) const char *kv_get(const char *key) {
+    int i;
+    for (i = 0; i < kv_n; i++) {
+        if (strcmp(kv_keys[i], key) == 0) return kv_vals[i];
+    }
+    return NULL;
+}
+
+static __attribute__((unused)) long kv_int(const char *key, long dflt) {
+    const char *v = kv_get(key);
+    return v ? strtol(v, NULL, 0) : dflt;
+}
+
+static __attribute__((unused)) const char *kv_dev(int dev, const char *field) {
+    char key[96];
+    snprintf(key, sizeof key, "device.%d.%.60s", dev, field);
+    return kv_get(key);
+}
+
+static __attribute__((unused)) long kv_dev_int(int dev, const char *field, long dflt) {
+    const char *v = kv_dev(dev, field);
+    return v ? strtol(v, NULL, 0) : dflt;
+}
+
+static __attribute__((unused)) int kv_save(void) {
+    FILE *fh;
+    int i;
+    kv_locate();
+    fh = fopen(kv_path, "w");
+    if (!fh) return -1;
+    fputs("# rewritten by the stand-in library after a state change\n", fh);
+    for (i = 0; i < kv_n; i++) fprintf(fh, "%s=%s\n", kv_keys[i], kv_vals[i]);
+    fclose(fh);
+    return 0;
+}
+
+static __attribute__((unused)) int kv_set_dev(int dev, const char *field, const char *value) {
+    char key[96];
+    int i;
+    snprintf(key, sizeof key, "device.%d.%.60s", dev, field);
+    for (i = 0; i < kv_n; i++) {
+        if (strcmp(kv_keys[i], key) == 0) {
+            snprintf(kv_vals[i], sizeof kv_vals[i], "%.255s", value);
+            return kv_save();
+        }
+    }
+    if (kv_n >= KV_MAX) return -1;
+    snprintf(kv_keys[kv_n], sizeof kv_keys[kv_n], "%.95s", key);
+    snprintf(kv_vals[kv_n], sizeof kv_vals[kv_n], "%.255s", value);
+    kv_n++;
+    return kv_save();
+}
+
+/* "0000:1a:00.0" -> domain/bus/device/function; 0 on success */
+static __attribute__((unused)) int kv_bdf(const char *bdf, unsigned *dom, unsigned *bus, unsigned *dev,
+                                          unsigned *fn) {
+    if (!bdf) return -1;
+    return sscanf(bdf, "%x:%x:%x.%x", dom, bus, dev, fn) == 4 ? 0 : -1;
+}
+/* ---- end of fixture store --------------------------------------------------------------------- */
+
+typedef int cndevRet_t;
+typedef int32_t cndevDevice_t;
+
+#define CNDEV_SUCCESS 0
+#define CNDEV_ERROR_UNSUPPORTED_API_VERSION 3
+#define CNDEV_ERROR_UNINITIALIZED 4
+#define CNDEV_ERROR_INVALID_ARGUMENT 5
+#define CNDEV_ERROR_INVALID_DEVICE_ID 6
+#define CNDEV_ERROR_UNKNOWN 7
+
+typedef struct { int32_t version; uint32_t number; } cndevCardInfo_t;
+typedef struct { int32_t version; uint8_t uuid[37]; uint64_t ncsUUID64; } cndevUUID_t;
+typedef struct {
+    int64_t physicalMemoryTotal, physicalMemoryUsed, reservedMemory, virtualMemoryTotal, virtualMemoryUsed;
+    uint64_t globalMemory;
+    uint64_t reserved[16];
+} cndevMemoryInfoV2_t;
+typedef struct {
+    int32_t version;
+    uint32_t mcuMajorVersion, mcuMinorVersion, mcuBuildVersion;
+    uint32_t driverMajorVersion, driverMinorVersion, driverBuildVersion;
+} cndevVersionInfo_t;
+typedef struct {
+    uint32_t subsystemId, deviceId;
+    uint16_t vendor, subsystemVendor;
+    uint32_t domain, bus, device, function;
+    uint16_t moduleId, slotId;
+    uint32_t reserved[8];
+} cndevPCIeInfoV2_t;
+typedef struct { int32_t usage, cap, machine, tdp, maxPower, reserved[16]; } cndevDevicePowerInfo_t;
+typedef struct {
+    int32_t version, board, cluster[20], memoryDie[8], chip, airInlet, airOutlet, memory, videoInput, cpu, isp;
+} cndevTemperatureInfo_t;
+typedef struct { int32_t version, averageCoreUtilization, coreUtilization[80]; } cndevUtilizationInfo_t;
+typedef struct { int32_t version; int32_t smluMode; } cndevSMLUMode_t;
+
+static int initialized = 0;
+
+static int bad_version(int32_t version) { return version < 1 || version > 6; }
+
+static int check_device(cndevDevice_t device) {
+    if (!initialized) return CNDEV_ERROR_UNINITIALIZED;
+    if (device < 0 || device >= kv_int("devices", 0)) return CNDEV_ERROR_INVALID_DEVICE_ID;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevInit(int reserved) {
+    int rc;
+    (void)reserved;
+    if (kv_load() != 0) return CNDEV_ERROR_UNKNOWN;
+    rc = (int)kv_int("init", 0);
+    initialized = rc == CNDEV_SUCCESS;
+    return rc;
+}
+
+cndevRet_t cndevRelease(void) {
+    initialized = 0;
+    return CNDEV_SUCCESS;
+}
+
+const char *cndevGetErrorString(cndevRet_t code) {
+    switch (code) {
+    case 0: return "CNDEV_SUCCESS";
+    case 1: return "CNDEV_ERROR_NO_DRIVER";
+    case 3: return "CNDEV_ERROR_UNSUPPORTED_API_VERSION";
+    case 4: return "CNDEV_ERROR_UNINITIALIZED";
+    case 6: return "CNDEV_ERROR_INVALID_DEVICE_ID";
+    case 7: return "CNDEV_ERROR_UNKNOWN";
+    case 10: return "CNDEV_ERROR_NOT_SUPPORTED";
+    case 12: return "CNDEV_ERROR_NO_DEVICES";
+    case 13: return "CNDEV_ERROR_NO_PERMISSION";
+    case 15: return "CNDEV_ERROR_IN_USE";
+    default: return "CNDEV_ERROR_UNKNOWN";
+    }
+}
+
+cndevRet_t cndevGetDeviceCount(cndevCardInfo_t *cardNum) {
+    int rc;
+    if (!initialized) return CNDEV_ERROR_UNINITIALIZED;
+    if (!cardNum) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(cardNum->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    rc = (int)kv_int("count_error", 0);
+    if (rc) return rc;
+    cardNum->number = (uint32_t)kv_int("devices", 0);
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetDeviceHandleByIndex(int index, cndevDevice_t *handle) {
+    int rc = check_device(index);
+    if (rc) return rc;
+    if (!handle) return CNDEV_ERROR_INVALID_ARGUMENT;
+    *handle = index;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetUUID(cndevUUID_t *uuidInfo, cndevDevice_t device) {
+    int rc = check_device(device);
+    const char *uuid;
+    if (rc) return rc;
+    if (!uuidInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(uuidInfo->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    rc = (int)kv_dev_int(device, "uuid_error", 0);
+    if (rc) return rc;
+    uuid = kv_dev(device, "uuid");
+    if (!uuid) return CNDEV_ERROR_UNKNOWN;
+    memset(uuidInfo->uuid, 0, sizeof uuidInfo->uuid);
+    strncpy((char *)uuidInfo->uuid, uuid, sizeof uuidInfo->uuid - 1);
+    uuidInfo->ncsUUID64 = 0;
+    return CNDEV_SUCCESS;
+}
+
+const char *cndevGetCardNameStringByDevId(cndevDevice_t device) {
+    const char *name;
+    if (check_device(device) || kv_dev_int(device, "name_error", 0)) return "Unknown";
+    name = kv_dev(device, "name");
+    return name ? name : "Unknown";
+}
+
+cndevRet_t cndevGetMemoryUsageV2(cndevMemoryInfoV2_t *memInfo, cndevDevice_t device) {
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!memInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    rc = (int)kv_dev_int(device, "memory_error", 0);
+    if (rc) return rc;
+    memset(memInfo, 0, sizeof *memInfo);
+    memInfo->physicalMemoryTotal = kv_dev_int(device, "memory_mib", 0);
+    memInfo->physicalMemoryUsed = kv_dev_int(device, "memory_used_mib", 0);
+    memInfo->virtualMemoryTotal = memInfo->physicalMemoryTotal;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetPCIeInfoV2(cndevPCIeInfoV2_t *info, cndevDevice_t device) {
+    unsigned dom, bus, dev, fn;
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!info) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (kv_bdf(kv_dev(device, "bus"), &dom, &bus, &dev, &fn)) return CNDEV_ERROR_UNKNOWN;
+    memset(info, 0, sizeof *info);
+    info->vendor = 0xcabc;
+    info->deviceId = (uint32_t)kv_dev_int(device, "pci_device", 0);
+    info->domain = dom;
+    info->bus = bus;
+    info->device = dev;
+    info->function = fn;
+    info->slotId = 0xffff;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetVersionInfo(cndevVersionInfo_t *versInfo, cndevDevice_t device) {
+    unsigned major = 0, minor = 0, build = 0;
+    const char *driver = kv_get("driver");
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!versInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(versInfo->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    if (!driver || sscanf(driver, "%u.%u.%u", &major, &minor, &build) < 2) return CNDEV_ERROR_UNKNOWN;
+    versInfo->mcuMajorVersion = 1;
+    versInfo->mcuMinorVersion = 1;
+    versInfo->mcuBuildVersion = 6;
+    versInfo->driverMajorVersion = major;
+    versInfo->driverMinorVersion = minor;
+    versInfo->driverBuildVersion = build;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetDevicePowerInfo(cndevDevicePowerInfo_t *powerInfo, cndevDevice_t device) {
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!powerInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    memset(powerInfo, 0, sizeof *powerInfo);
+    powerInfo->usage = (int32_t)kv_dev_int(device, "power", 0);
+    powerInfo->cap = 250;
+    powerInfo->tdp = 250;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetTemperatureInfo(cndevTemperatureInfo_t *tempInfo, cndevDevice_t device) {
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!tempInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    memset(tempInfo, 0, sizeof *tempInfo);
+    tempInfo->chip = (int32_t)kv_dev_int(device, "temperature", 0);
+    tempInfo->board = tempInfo->chip - 4;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetDeviceUtilizationInfo(cndevUtilizationInfo_t *utilInfo, cndevDevice_t device) {
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!utilInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(utilInfo->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    utilInfo->averageCoreUtilization = (int32_t)kv_dev_int(device, "util", 0);
+    return CNDEV_SUCCESS;
+}
+
+#ifndef FAKE_CNDEV_NO_SMLU
+cndevRet_t cndevGetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device) {
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!mode) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(mode->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    rc = (int)kv_dev_int(device, "smlu_get_error", 0);
+    if (rc) return rc;
+    mode->smluMode = kv_dev_int(device, "smlu", 0) ? 1 : 0;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevSetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device) {
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!mode) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(mode->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    rc = (int)kv_dev_int(device, "smlu_set_error", 0);
+    if (rc) return rc;
+    if (kv_set_dev(device, "smlu", mode->smluMode ? "1" : "0") != 0) return CNDEV_ERROR_UNKNOWN;
+    return CNDEV_SUCCESS;
+}
+#endif
