@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup stubs wheel preflight test lint typecheck unit bench clean
+.PHONY: setup system-deps stubs wheel preflight test lint typecheck unit bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ $(STAMP): pyproject.toml
 	"$(BIN)/python" -m pip install --quiet --upgrade pip
 	"$(BIN)/python" -m pip install --quiet -e '.[dev]'
 	@touch "$(STAMP)"
+
+# Debian packages the integration tests use (sshd for the real-SSH fleet, chromium for the HTML
+# report); installs only what is missing, as root.
+system-deps:
+	bash tests/tools/system_deps.sh
 
 # The vendor-library stand-ins the simulated fleet's fixture nodes load (compiled with gcc).
 stubs: $(STAMP)
@@ -46,13 +51,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	"$(BIN)/mypy"
 
-unit: $(STAMP)
+unit: $(STAMP) system-deps stubs
 	"$(BIN)/pytest" -q
 
 test: lint typecheck unit
 
 bench: $(STAMP) stubs
 	"$(BIN)/python" bench/run.py
+	"$(BIN)/python" bench/ansible_bench.py
 
 clean:
 	rm -rf "$(VENV)" reports tests/.build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

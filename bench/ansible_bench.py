@@ -1,0 +1,307 @@
+"""Ansible-side benchmarks. Run: python bench/ansible_bench.py [--runs 5] [--hosts 200] [--forks 10].
+
+Prints numbers and ratios against baselines measured in the same run; asserts nothing.
+
+(a) ``gpustack.accelerators.accelerator_facts`` vs ``ansible.builtin.setup`` on the same fixture host
+    through ansible-runner (``connection: local``): median of ``--runs`` runs each, alternated so
+    machine noise hits both alike; the ratio of the task durations (ansible-runner's own
+    ``runner_on_ok`` duration) and of the whole ``ansible_runner.run`` calls. Target: facts <= 0.5x setup.
+(b) a simulated fleet of ``--hosts`` hosts (``connection: local``, pointed round-robin at the
+    simulated fleet's fixture hosts): wall time of ``ansible-playbook playbooks/preflight.yml -f N``
+    vs ``ansible all -m ping -f N`` on the same inventory. Target: fleet <= 3x ping. A timeline
+    callback splits the playbook into its tasks (per-host preflight vs the one fleet report).
+(c) where a module's time goes: interpreter start, imports, one in-process pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import ansible_runner
+import yaml
+from gpustack_operator import api
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS = REPO / "tests" / "fixtures" / "hosts"
+BIN = Path(sys.executable).parent
+# the node shapes of examples/simulated-fleet (one of them cannot be read: unavailable answers)
+FLEET_FIXTURES = [
+    "h100-sxm-8x",
+    "mixed-nvidia-mellanox",
+    "mi300x-8x",
+    "ascend-910b-8x",
+    "cpu-only-vm",
+    "hygon-cpu-only",
+    "ampere-altra-cpu-only",
+    "unreadable-sysfs",
+]
+FACTS_HOST = "h100-sxm-8x"
+
+TIMELINE_CALLBACK = """
+import json, os, time
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "gpa_bench_timeline"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def _log(self, event, host, task):
+        with open(os.environ["GPA_TIMELINE"], "a") as out:
+            out.write(json.dumps({"e": event, "h": host.get_name(), "task": task.get_name(), "t": time.time()}) + "\\n")
+
+    def v2_runner_on_start(self, host, task):
+        self._log("start", host, task)
+
+    def v2_runner_on_ok(self, result):
+        self._log("end", result._host, result._task)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._log("end", result._host, result._task)
+
+    def v2_runner_on_unreachable(self, result):
+        self._log("end", result._host, result._task)
+
+    def v2_runner_on_skipped(self, result):
+        self._log("end", result._host, result._task)
+"""
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds * 1000:8.0f} ms" if seconds < 10 else f"{seconds:8.1f} s "
+
+
+def ansible_env(work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSTACK_", "ANSIBLE_"))}
+    plugins = work / "callback_plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    (plugins / "gpa_bench_timeline.py").write_text(TIMELINE_CALLBACK)
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOCAL_TEMP=str(work / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(work / "ansible-tmp"),
+        ANSIBLE_CALLBACK_PLUGINS=str(plugins),
+        ANSIBLE_NOCOLOR="1",
+        PATH=f"{BIN}:{env.get('PATH', '')}",
+    )
+    return env
+
+
+# --- (a) facts vs setup ----------------------------------------------------------------------------
+
+
+def runner_once(work: Path, inventory: Path, module: str) -> tuple[float, float]:
+    """(whole ansible_runner.run wall time, the task's own duration) for one ad hoc module run."""
+    private = Path(tempfile.mkdtemp(dir=work, prefix="runner-"))
+    start = time.perf_counter()
+    result = ansible_runner.run(
+        private_data_dir=str(private),
+        host_pattern="bench-node",
+        inventory=str(inventory),
+        module=module,
+        quiet=True,
+    )
+    wall = time.perf_counter() - start
+    oks = [e for e in result.events if e.get("event") == "runner_on_ok"]
+    if result.rc != 0 or len(oks) != 1:
+        raise RuntimeError(f"{module} failed (rc {result.rc}): {result.stdout.read()[-2000:]}")
+    return wall, float(oks[0]["event_data"]["duration"])
+
+
+def facts_vs_setup(work: Path, runs: int) -> None:
+    inventory = work / "one-host.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "bench-node": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "gpustack_host_root": str(HOSTS / FACTS_HOST),
+                        }
+                    }
+                }
+            }
+        )
+    )
+    modules = {"facts": "gpustack.accelerators.accelerator_facts", "setup": "ansible.builtin.setup"}
+    walls: dict[str, list[float]] = {k: [] for k in modules}
+    tasks: dict[str, list[float]] = {k: [] for k in modules}
+    for module in modules.values():  # warm-up (page cache, .pyc): not counted
+        runner_once(work, inventory, module)
+    for _ in range(runs):
+        for key, module in modules.items():
+            wall, task = runner_once(work, inventory, module)
+            walls[key].append(wall)
+            tasks[key].append(task)
+    print(f"== (a) accelerator_facts vs setup on {FACTS_HOST} via ansible-runner (median of {runs}, alternated)")
+    for key, module in modules.items():
+        print(f"  {module:<40} task {fmt(median(tasks[key]))}   ansible_runner.run {fmt(median(walls[key]))}")
+    task_ratio = median(tasks["facts"]) / median(tasks["setup"])
+    wall_ratio = median(walls["facts"]) / median(walls["setup"])
+    verdict = "met" if task_ratio <= 0.5 else "MISSED"
+    print(f"  ratio facts/setup: task {task_ratio:5.2f}x   whole run {wall_ratio:5.2f}x   (target <= 0.50x: {verdict})")
+
+
+# --- (b) fleet vs ping -----------------------------------------------------------------------------
+
+
+def fleet_inventory(path: Path, hosts: int) -> Path:
+    members = {
+        f"node-{i:03d}": {"gpustack_host_root": str(HOSTS / FLEET_FIXTURES[i % len(FLEET_FIXTURES)])}
+        for i in range(hosts)
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                    "hosts": members,
+                }
+            }
+        )
+    )
+    return path
+
+
+def timed(cmd: list[str], env: dict[str, str], timeline: Path) -> tuple[float, int, list[dict[str, object]]]:
+    timeline.unlink(missing_ok=True)
+    run_env = {**env, "GPA_TIMELINE": str(timeline), "ANSIBLE_CALLBACKS_ENABLED": "gpa_bench_timeline"}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    events = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.exists() else []
+    return wall, proc.returncode, events
+
+
+def phases(events: list[dict[str, object]]) -> dict[str, tuple[float, int]]:
+    """Per task: (first start -> last end, hosts)."""
+    spans: dict[str, list[float]] = {}
+    hosts: dict[str, set[str]] = {}
+    for e in events:
+        task = str(e["task"])
+        t = float(e["t"])  # type: ignore[arg-type]
+        span = spans.setdefault(task, [t, t])
+        span[0], span[1] = min(span[0], t), max(span[1], t)
+        hosts.setdefault(task, set()).add(str(e["h"]))
+    return {task: (span[1] - span[0], len(hosts[task])) for task, span in spans.items()}
+
+
+def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int) -> None:
+    env = ansible_env(work)
+    inventory = fleet_inventory(work / f"fleet-{hosts}.yml", hosts)
+    playbook = [
+        str(BIN / "ansible-playbook"),
+        str(REPO / "playbooks" / "preflight.yml"),
+        "-i",
+        str(inventory),
+        "-f",
+        str(forks),
+        "-e",
+        f"gpustack_report_dir={work / 'reports'}",
+        "-e",
+        "gpustack_fleet_fail_on=never",
+    ]
+    ping = [str(BIN / "ansible"), "all", "-i", str(inventory), "-m", "ansible.builtin.ping", "-f", str(forks)]
+    samples: dict[str, list[float]] = {"fleet": [], "ping": []}
+    last: dict[str, list[dict[str, object]]] = {}
+    for _ in range(runs):
+        for key, cmd in (("ping", ping), ("fleet", playbook)):
+            wall, rc, events = timed(cmd, env, work / f"timeline-{key}.jsonl")
+            if rc != 0:
+                raise RuntimeError(f"{key} run failed with {rc}: {' '.join(cmd)}")
+            samples[key].append(wall)
+            last[key] = events
+    fleet, ping_wall = median(samples["fleet"]), median(samples["ping"])
+    print(f"== (b) {hosts} simulated hosts (connection: local), -f {forks}, median of {runs}")
+    print(f"  ansible all -m ping            {fmt(ping_wall)}   ({ping_wall / hosts * 1000:6.1f} ms/host)")
+    print(f"  ansible-playbook preflight.yml {fmt(fleet)}   ({fleet / hosts * 1000:6.1f} ms/host)")
+    verdict = "met" if fleet / ping_wall <= 3 else "MISSED"
+    print(f"  ratio fleet/ping: {fleet / ping_wall:5.2f}x   (target <= 3x: {verdict})")
+    print("  where the playbook's time goes (last run; first start -> last end per task):")
+    for label, events in (("", last["fleet"]), ("ping: ", last["ping"])):
+        for task, (span, n) in phases(events).items():
+            name = (label + task.rpartition(" : ")[2])[:56]
+            print(f"    {name:<56} {fmt(span)}   {n} host(s)")
+
+
+# --- (c) breakdown ---------------------------------------------------------------------------------
+
+
+def wall_of(cmd: list[str], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True)
+        samples.append(time.perf_counter() - start)
+    return median(samples)
+
+
+def in_process(fn: Callable[[], object], passes: int = 5) -> float:
+    fn()
+    samples = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return median(samples)
+
+
+def breakdown(runs: int) -> None:
+    py = sys.executable
+    bare = wall_of([py, "-c", "pass"], runs)
+    basic = wall_of([py, "-c", "import ansible.module_utils.basic"], runs)
+    both = wall_of([py, "-c", "import ansible.module_utils.basic; from gpustack_operator import api"], runs)
+    req = api.make_request(str(HOSTS / FACTS_HOST), None)
+    detect = in_process(lambda: api.detect(req))
+    preflight = in_process(lambda: api.run_preflight(req))
+    print(f"== (c) where a module's time goes on the target (median of {runs}; in-process: warm)")
+    print(f"  python -c pass                                  {fmt(bare)}")
+    print(f"  + import ansible.module_utils.basic (ping pays)   {fmt(basic)}   (+{fmt(basic - bare).strip()})")
+    print(f"  + from gpustack_operator import api             {fmt(both)}   (+{fmt(both - basic).strip()})")
+    print(f"  detect pass, in process ({FACTS_HOST})          {fmt(detect)}")
+    print(f"  preflight pass, in process ({FACTS_HOST})       {fmt(preflight)}")
+    print(f"  machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="runs per measurement of (a) and (c) (default 5)")
+    parser.add_argument("--fleet-runs", type=int, default=1, help="runs per command of (b) (default 1)")
+    parser.add_argument("--hosts", type=int, default=200, help="simulated fleet size (default 200)")
+    parser.add_argument("--forks", type=int, action="append", help="forks for (b), repeatable (default 10)")
+    parser.add_argument("--only", choices=["facts", "fleet", "breakdown"], action="append")
+    args = parser.parse_args(argv)
+    only = set(args.only or ["facts", "fleet", "breakdown"])
+    with tempfile.TemporaryDirectory(prefix="gpa-bench-") as tmp:
+        work = Path(tmp)
+        os.chdir(REPO)
+        for key, value in ansible_env(work).items():  # ansible-runner takes the process environment
+            os.environ[key] = value
+        if "breakdown" in only:
+            breakdown(args.runs)
+        if "facts" in only:
+            facts_vs_setup(work, args.runs)
+        if "fleet" in only:
+            for forks in args.forks or [10]:
+                fleet_vs_ping(work, args.hosts, forks, args.fleet_runs)
+
+
+if __name__ == "__main__":
+    main()
