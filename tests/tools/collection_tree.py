@@ -39,7 +39,13 @@ def build(base: Path) -> Path:
     sanity.mkdir(parents=True, exist_ok=True)
     for old in sanity.glob("ignore-*.txt"):
         old.unlink()
-    shutil.copy2(REPO / "tests" / "sanity" / "ignore.txt", sanity / f"ignore-{core_version()}.txt")
+    # ansible-test accepts no comment lines: keep only the entries
+    entries = [
+        line
+        for line in (REPO / "tests" / "sanity" / "ignore.txt").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    (sanity / f"ignore-{core_version()}.txt").write_text("\n".join(entries) + "\n")
     units = REPO / "tests" / "ansible_units"
     if units.is_dir():
         shutil.rmtree(tree / "tests" / "unit", ignore_errors=True)
