@@ -10,8 +10,11 @@ symbols and serves the data in ``<library path>.fixture`` next to it (found thro
 the production binding code loads it exactly as it would load the real one. Built without an
 SONAME, so two fixture nodes' copies loaded in one process stay two libraries.
 
+What every stand-in shares lives in ``tests/stubs/common/`` (the fixture store ``fixture.h``, the
+NVML-shaped entry points ``nvml_shaped.h``), included as ``"../common/<header>"``.
+
 Run directly (``python -m tests.stubs.build``) or through the pytest session fixture; rebuilds only
-what changed. Needs gcc.
+what changed (the source or a shared header). Needs gcc.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from pathlib import Path
 STUBS = Path(__file__).resolve().parent
 HOSTS = STUBS.parent / "fixtures" / "hosts"
 BUILD = STUBS.parent / ".build"
+COMMON = STUBS / "common"
 
 
 def compile_stub(source: Path) -> Path:
-    """``gcc -shared -fPIC`` into tests/.build; skipped when the output is newer than the source."""
+    """``gcc -shared -fPIC`` into tests/.build; skipped when the output is newer than the source and
+    every shared header."""
     out = BUILD / source.parent.name / (source.stem + ".so")
-    if out.exists() and out.stat().st_mtime >= source.stat().st_mtime:
+    newest = max(p.stat().st_mtime for p in [source, *COMMON.glob("*.h")])
+    if out.exists() and out.stat().st_mtime >= newest:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = ["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(source), "-ldl"]

@@ -8,6 +8,11 @@ direct run the root *is* ``/``), then, when the root is not ``/``, in this proce
 
 Loading is explicit by path (``ctypes.CDLL(path)``), so a library found under a host root is the one
 loaded, never another copy the dynamic linker would pick by name.
+
+Calling into it: the ctypes bindings (``cndev.py``, ``mxsml.py``, ``ixml.py``, ``mtml.py``,
+``hgml.py``) share :class:`Binding` — look an entry point up (a missing one is
+:class:`MissingEntryPointError`), declare its signature, turn a non-success status into the binding's
+:class:`LibraryCallError` — and :func:`c_text` for the C strings they return.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from gpustack_operator.host.root import HostPathError, HostRoot
 
@@ -86,3 +92,70 @@ def load_library(path: str) -> ctypes.CDLL:
         return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
     except OSError as exc:
         raise LibraryLoadError(f"{path}: {exc}") from None
+
+
+# -- calling into a loaded library -----------------------------------------------------------------
+
+
+class LibraryCallError(Exception):
+    """A call into a vendor library returned a status other than success.
+
+    A binding subclasses it once, naming its status codes (``return_names``) and the C type a code
+    outside them is reported as (``return_type``). ``call`` and ``code`` stay for callers that branch
+    on them.
+    """
+
+    return_names: ClassVar[Mapping[int, str]] = {}
+    return_type: ClassVar[str] = "int"
+    library: ClassVar[str] = "library"  # "libcndev": how a missing entry point names the library
+
+    def __init__(self, call: str, code: int, message: str | None = None) -> None:
+        self.call = call
+        self.code = code
+        super().__init__(message or f"{call} returned {self.return_names.get(code, self.return_type)} ({code})")
+
+
+class MissingEntryPointError(LibraryCallError):
+    """The loaded library does not export this entry point (an older library or driver): the "no such
+    API" case a caller may have to tell apart from the library refusing. A binding's own
+    ``MissingSymbolError`` derives from this and from its error class, so catching either works."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(call, -1, f"{call} is not exported by this {self.library}")
+
+
+class Binding:
+    """One loaded library whose entry points return a status code, ``0`` meaning success.
+
+    A binding names its error classes and the C type of its status; its methods declare each entry
+    point's signature where they call it (``_call(name, argtypes, *args)``).
+    """
+
+    error: ClassVar[type[LibraryCallError]] = LibraryCallError
+    missing: ClassVar[type[MissingEntryPointError]] = MissingEntryPointError
+    status: ClassVar[type[ctypes.c_int] | type[ctypes.c_uint]] = ctypes.c_int
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+
+    def has(self, name: str) -> bool:
+        return hasattr(self._lib, name)
+
+    def _fn(self, name: str, restype: Any, *argtypes: Any) -> Any:
+        try:
+            fn = getattr(self._lib, name)
+        except AttributeError:
+            raise self.missing(name) from None
+        fn.restype = restype
+        fn.argtypes = list(argtypes)
+        return fn
+
+    def _call(self, name: str, argtypes: tuple[Any, ...], *args: Any) -> None:
+        code = int(self._fn(name, self.status, *argtypes)(*args))
+        if code != 0:
+            raise self.error(name, code)
+
+
+def c_text(raw: bytes) -> str:
+    """A fixed-size C char buffer as text: up to the first NUL, stripped, undecodable bytes replaced."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace").strip()

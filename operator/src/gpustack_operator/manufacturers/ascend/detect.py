@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from gpustack_operator.manufacturers import libbackend
 from gpustack_operator.manufacturers.ascend import soc
 from gpustack_operator.manufacturers.ascend.dcmi import (
     NPU_TYPE,
@@ -47,22 +48,15 @@ from gpustack_operator.manufacturers.base import (
     Unmeasured,
 )
 from gpustack_operator.manufacturers.groups import Found, build_groups
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
 
 log = logging.getLogger(__name__)
 
 
 def pci_gate(ctx: DetectContext) -> DetectOutcome | None:
-    """The PCI check: an answer when the bus already settles it, ``None`` to go on to DCMI."""
-    if ctx.no_pci_check:
-        return None
-    problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
-    if problems:
-        return Unmeasured("; ".join(problems))
-    if not accelerator_devices(ctx):
-        log.debug("ascend: no Ascend accelerator on the PCI bus; libdcmi not loaded")
-        return Detected([])
-    return None
+    """The PCI check (:func:`libbackend.pci_gate`): an answer when the bus already settles it, ``None``
+    to go on to DCMI. A scan that cannot vouch for the vendor is ``Unmeasured`` here, DCMI unasked."""
+    early, scan_problem = libbackend.pci_gate(ctx, log, "Ascend", "libdcmi")
+    return Unmeasured(scan_problem) if scan_problem else early
 
 
 def iter_npus(dcmi: Dcmi) -> Iterator[DeviceRef]:

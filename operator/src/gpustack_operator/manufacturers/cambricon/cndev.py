@@ -16,7 +16,8 @@ sMLU mode must tell apart from a driver refusal.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+
+from gpustack_operator.host.libs import Binding, LibraryCallError, MissingEntryPointError, c_text
 
 CNDEV_VERSION_6 = 6
 CNDEV_SUCCESS = 0
@@ -47,22 +48,16 @@ RETURN_NAMES = {
 }
 
 
-class CndevError(Exception):
+class CndevError(LibraryCallError):
     """A CNDev call returned a non-success ``cndevRet_t``."""
 
-    def __init__(self, call: str, code: int) -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} returned {RETURN_NAMES.get(code, 'cndevRet_t')} ({code})")
+    return_names = RETURN_NAMES
+    return_type = "cndevRet_t"
+    library = "libcndev"
 
 
-class MissingSymbolError(CndevError):
+class MissingSymbolError(MissingEntryPointError, CndevError):
     """The loaded library does not export this entry point (an older cnDev / driver)."""
-
-    def __init__(self, call: str) -> None:
-        Exception.__init__(self, f"{call} is not exported by this libcndev")
-        self.call = call
-        self.code = -1
 
 
 class _CardInfo(ctypes.Structure):
@@ -152,105 +147,69 @@ class _SMLUMode(ctypes.Structure):
     _fields_ = [("version", ctypes.c_int32), ("smluMode", ctypes.c_int32)]  # cndevEnableStatusEnum_t
 
 
-def _c_string(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace").strip()
-
-
-class CnDev:
+class CnDev(Binding):
     """One loaded ``libcndev``. Methods raise :class:`CndevError` / :class:`MissingSymbolError`."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self._lib = lib
-
-    def _fn(self, name: str, restype: Any, *argtypes: Any) -> Any:
-        try:
-            fn = getattr(self._lib, name)
-        except AttributeError:
-            raise MissingSymbolError(name) from None
-        fn.restype = restype
-        fn.argtypes = list(argtypes)
-        return fn
-
-    def _call(self, name: str, *args: Any, argtypes: tuple[Any, ...]) -> None:
-        code = int(self._fn(name, ctypes.c_int, *argtypes)(*args))
-        if code != CNDEV_SUCCESS:
-            raise CndevError(name, code)
-
-    def has(self, name: str) -> bool:
-        return hasattr(self._lib, name)
+    error = CndevError
+    missing = MissingSymbolError
 
     # cndevRet_t cndevInit(int reserved)
     def init(self) -> None:
-        self._call("cndevInit", 0, argtypes=(ctypes.c_int,))
+        self._call("cndevInit", (ctypes.c_int,), 0)
 
     # cndevRet_t cndevRelease(void)
     def release(self) -> None:
-        self._call("cndevRelease", argtypes=())
+        self._call("cndevRelease", ())
 
     # cndevRet_t cndevGetDeviceCount(cndevCardInfo_t *cardNum)
     def device_count(self) -> int:
         info = _CardInfo(version=CNDEV_VERSION_6)
-        self._call("cndevGetDeviceCount", ctypes.byref(info), argtypes=(ctypes.POINTER(_CardInfo),))
+        self._call("cndevGetDeviceCount", (ctypes.POINTER(_CardInfo),), ctypes.byref(info))
         return int(info.number)
 
     # cndevRet_t cndevGetDeviceHandleByIndex(int index, cndevDevice_t *handle)
     def handle(self, index: int) -> int:
         handle = ctypes.c_int32()
         self._call(
-            "cndevGetDeviceHandleByIndex",
-            index,
-            ctypes.byref(handle),
-            argtypes=(ctypes.c_int, ctypes.POINTER(ctypes.c_int32)),
+            "cndevGetDeviceHandleByIndex", (ctypes.c_int, ctypes.POINTER(ctypes.c_int32)), index, ctypes.byref(handle)
         )
         return int(handle.value)
 
     # cndevRet_t cndevGetUUID(cndevUUID_t *uuidInfo, cndevDevice_t device)
     def uuid(self, handle: int) -> str:
         info = _UUID(version=CNDEV_VERSION_6)
-        self._call("cndevGetUUID", ctypes.byref(info), handle, argtypes=(ctypes.POINTER(_UUID), ctypes.c_int32))
-        return _c_string(bytes(info.uuid))
+        self._call("cndevGetUUID", (ctypes.POINTER(_UUID), ctypes.c_int32), ctypes.byref(info), handle)
+        return c_text(bytes(info.uuid))
 
     # const char *cndevGetCardNameStringByDevId(cndevDevice_t device); "Unknown" when unknown
     def card_name(self, handle: int) -> str:
         raw = self._fn("cndevGetCardNameStringByDevId", ctypes.c_char_p, ctypes.c_int32)(handle)
-        return _c_string(raw or b"")
+        return c_text(raw or b"")
 
     # cndevRet_t cndevGetMemoryUsageV2(cndevMemoryInfoV2_t *memInfo, cndevDevice_t device); MB
     def memory_mib(self, handle: int) -> tuple[int, int]:
         """(physical total, physical used) in MiB."""
         info = _MemoryInfoV2()
-        self._call(
-            "cndevGetMemoryUsageV2",
-            ctypes.byref(info),
-            handle,
-            argtypes=(ctypes.POINTER(_MemoryInfoV2), ctypes.c_int32),
-        )
+        self._call("cndevGetMemoryUsageV2", (ctypes.POINTER(_MemoryInfoV2), ctypes.c_int32), ctypes.byref(info), handle)
         return int(info.physicalMemoryTotal), int(info.physicalMemoryUsed)
 
     # cndevRet_t cndevGetPCIeInfoV2(cndevPCIeInfoV2_t *info, cndevDevice_t device)
     def pci_bus_id(self, handle: int) -> str:
         info = _PCIeInfoV2()
-        self._call(
-            "cndevGetPCIeInfoV2", ctypes.byref(info), handle, argtypes=(ctypes.POINTER(_PCIeInfoV2), ctypes.c_int32)
-        )
+        self._call("cndevGetPCIeInfoV2", (ctypes.POINTER(_PCIeInfoV2), ctypes.c_int32), ctypes.byref(info), handle)
         return f"{info.domain:04x}:{info.bus:02x}:{info.device:02x}.{info.function:x}"
 
     # cndevRet_t cndevGetVersionInfo(cndevVersionInfo_t *versInfo, cndevDevice_t device)
     def driver_version(self, handle: int) -> tuple[int, int, int]:
         info = _VersionInfo(version=CNDEV_VERSION_6)
-        self._call(
-            "cndevGetVersionInfo", ctypes.byref(info), handle, argtypes=(ctypes.POINTER(_VersionInfo), ctypes.c_int32)
-        )
+        self._call("cndevGetVersionInfo", (ctypes.POINTER(_VersionInfo), ctypes.c_int32), ctypes.byref(info), handle)
         return int(info.driverMajorVersion), int(info.driverMinorVersion), int(info.driverBuildVersion)
 
     # cndevRet_t cndevGetDevicePowerInfo(cndevDevicePowerInfo_t *powerInfo, cndevDevice_t device); W
     def power_watts(self, handle: int) -> int:
         info = _DevicePowerInfo()
         self._call(
-            "cndevGetDevicePowerInfo",
-            ctypes.byref(info),
-            handle,
-            argtypes=(ctypes.POINTER(_DevicePowerInfo), ctypes.c_int32),
+            "cndevGetDevicePowerInfo", (ctypes.POINTER(_DevicePowerInfo), ctypes.c_int32), ctypes.byref(info), handle
         )
         return int(info.usage)
 
@@ -258,10 +217,7 @@ class CnDev:
     def chip_temperature(self, handle: int) -> int:
         info = _TemperatureInfo(version=CNDEV_VERSION_6)
         self._call(
-            "cndevGetTemperatureInfo",
-            ctypes.byref(info),
-            handle,
-            argtypes=(ctypes.POINTER(_TemperatureInfo), ctypes.c_int32),
+            "cndevGetTemperatureInfo", (ctypes.POINTER(_TemperatureInfo), ctypes.c_int32), ctypes.byref(info), handle
         )
         return int(info.chip)
 
@@ -270,19 +226,19 @@ class CnDev:
         info = _UtilizationInfo(version=CNDEV_VERSION_6)
         self._call(
             "cndevGetDeviceUtilizationInfo",
+            (ctypes.POINTER(_UtilizationInfo), ctypes.c_int32),
             ctypes.byref(info),
             handle,
-            argtypes=(ctypes.POINTER(_UtilizationInfo), ctypes.c_int32),
         )
         return int(info.averageCoreUtilization)
 
     # cndevRet_t cndevGetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device)
     def smlu_mode(self, handle: int) -> bool:
         mode = _SMLUMode(version=CNDEV_VERSION_6)
-        self._call("cndevGetSMLUMode", ctypes.byref(mode), handle, argtypes=(ctypes.POINTER(_SMLUMode), ctypes.c_int32))
+        self._call("cndevGetSMLUMode", (ctypes.POINTER(_SMLUMode), ctypes.c_int32), ctypes.byref(mode), handle)
         return int(mode.smluMode) == CNDEV_FEATURE_ENABLED
 
     # cndevRet_t cndevSetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device)
     def set_smlu_mode(self, handle: int, enabled: bool) -> None:
         mode = _SMLUMode(version=CNDEV_VERSION_6, smluMode=CNDEV_FEATURE_ENABLED if enabled else CNDEV_FEATURE_DISABLED)
-        self._call("cndevSetSMLUMode", ctypes.byref(mode), handle, argtypes=(ctypes.POINTER(_SMLUMode), ctypes.c_int32))
+        self._call("cndevSetSMLUMode", (ctypes.POINTER(_SMLUMode), ctypes.c_int32), ctypes.byref(mode), handle)

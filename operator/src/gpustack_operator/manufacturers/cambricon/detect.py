@@ -15,27 +15,20 @@ order: "Cambricon enumeration position").
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from gpustack_operator.host import HostPathError, HostRoot
-from gpustack_operator.host.libs import LibraryLoadError, LibrarySpec, find_library, load_library
+from gpustack_operator.host.libs import LibrarySpec
 from gpustack_operator.ledger.models import AcceleratorLogicalSliced
-from gpustack_operator.manufacturers.base import (
-    AcceleratorMetrics,
-    DetectContext,
-    Detected,
-    DetectOutcome,
-    Measured,
-    MonitorOutcome,
-    Unmeasured,
-)
+from gpustack_operator.manufacturers import libbackend
+from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, MonitorOutcome
 from gpustack_operator.manufacturers.cambricon.cndev import CnDev, CndevError
-from gpustack_operator.manufacturers.groups import Found, build_groups
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
+from gpustack_operator.manufacturers.groups import Found
+from gpustack_operator.manufacturers.libbackend import Device, Figure, Versions, optional, pci_address
 
 log = logging.getLogger(__name__)
 
@@ -76,154 +69,76 @@ def mlu_id(raw_uuid: str) -> str:
     return raw_uuid if raw_uuid.startswith("MLU-") else f"MLU-{raw_uuid}"
 
 
-def pci_gate(ctx: DetectContext) -> tuple[DetectOutcome | None, str | None]:
-    """The PCI check: ``(outcome to return at once, why the scan cannot vouch for this vendor)``.
+class CnDevBackend:
+    """CNDev as the shared library pass (:mod:`~gpustack_operator.manufacturers.libbackend`) reads it."""
 
-    A scan that cannot vouch does not answer "no hardware": the library is asked instead, and if it
-    cannot answer either, the pass is unmeasured rather than empty.
-    """
-    if ctx.no_pci_check:
-        return None, None
-    problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
-    if problems:
-        return None, "; ".join(problems)
-    if not accelerator_devices(ctx):
-        log.debug("cambricon: no Cambricon accelerator on the PCI bus; CNDev not loaded")
-        return Detected([]), None
-    return None, None
+    logger = log
+    vendor = "cambricon"
+    brand = "Cambricon"
+    api = "CNDev"
+    unit = "card"
+    library = LIBRARY
+    not_found = "libcndev.so not found (NEUWARE_HOME, LD_LIBRARY_PATH, /usr/local/neuware/lib64)"
+    error = CndevError
+    figures: tuple[Figure[CnDev, int], ...] = (
+        Figure("cores_utilization", "cores_utilization", lambda cn, d: cn.core_utilization(d.handle)),
+        Figure("temperature", "temperature", lambda cn, d: cn.chip_temperature(d.handle)),
+        Figure("power_usage", "power_usage", lambda cn, d: cn.power_watts(d.handle)),
+    )
 
-
-@contextmanager
-def cndev_session(ctx: DetectContext) -> Iterator[CnDev | str]:
-    """An initialised CNDev, or the reason there is none (absent, unloadable, init refused)."""
-    path = find_library(ctx.host, LIBRARY)
-    if path is None:
-        yield "libcndev.so not found (NEUWARE_HOME, LD_LIBRARY_PATH, /usr/local/neuware/lib64)"
-        return
-    try:
-        cn = CnDev(load_library(path))
+    def open(self, lib: ctypes.CDLL) -> CnDev:
+        cn = CnDev(lib)
         cn.init()
-    except (LibraryLoadError, CndevError) as exc:
-        yield f"CNDev at {path} did not initialise: {exc}"
-        return
-    try:
-        yield cn
-    finally:
-        try:
-            cn.release()
-        except CndevError as exc:
-            log.debug("cambricon: %s", exc)
+        return cn
 
+    def close(self, cn: CnDev) -> None:
+        cn.release()
 
-def _read_one(cn: CnDev, index: int) -> tuple[int, str, str] | None:
-    """(handle, accelerator id, name), or ``None`` when the card's identity cannot be read."""
-    try:
+    def count(self, cn: CnDev) -> int:
+        return cn.device_count()
+
+    def identify(self, cn: CnDev, index: int) -> Device[int] | None:
         handle = cn.handle(index)
         uuid = cn.uuid(handle)
         name = cn.card_name(handle)
-    except CndevError as exc:
-        log.warning("cambricon: card %d dropped, its identity could not be read: %s", index, exc)
-        return None
-    if not uuid or not name or name == "Unknown":
-        log.warning("cambricon: card %d dropped, CNDev reports no uuid/name (%r, %r)", index, uuid, name)
-        return None
-    return handle, mlu_id(uuid), name
+        if not uuid or not name or name == "Unknown":  # the name CNDev gives a card it cannot name
+            log.warning("cambricon: card %d dropped, CNDev reports no uuid/name (%r, %r)", index, uuid, name)
+            return None
+        return Device(index, handle, mlu_id(uuid), name)
 
+    def memory_mib(self, cn: CnDev, device: Device[int]) -> tuple[int, int]:
+        return cn.memory_mib(device.handle)
 
-def read_found(cn: CnDev, ctx: DetectContext) -> list[Found]:
-    """Every card CNDev enumerates, in its order. Raises :class:`CndevError` if the count fails."""
-    count = cn.device_count()
-    runtime = read_neuware_version(ctx.host, os.environ.get("NEUWARE_HOME"))
-    found: list[Found] = []
-    for index in range(count):
-        ident = _read_one(cn, index)
-        if ident is None:
-            continue
-        handle, uuid, name = ident
-        try:
-            memory_mib, _ = cn.memory_mib(handle)
-        except CndevError as exc:
-            log.warning("cambricon: card %d (%s) dropped, its memory could not be read: %s", index, uuid, exc)
-            continue
-        try:
-            bus = cn.pci_bus_id(handle)
-        except CndevError as exc:
-            log.warning("cambricon: card %d (%s) has no PCI address: %s", index, uuid, exc)
-            bus = ""
-        try:
-            major, minor, _build = cn.driver_version(handle)
-            driver: str | None = f"{major}.{minor}"
-        except CndevError as exc:
-            log.info("cambricon: card %d driver version unreadable: %s", index, exc)
-            driver = None
-        found.append(
-            Found(
-                uuid=uuid,
-                name=name,
-                memory_mib=memory_mib,
-                pci_bus_id=bus,
-                physical_indexes=[index],
-                driver_version=driver,
-                runtime_version=runtime,
-                logical_sliced=AcceleratorLogicalSliced(count=SMLU_SLICES, cores_percentage_overcommit=False),
-            )
+    def versions(self, cn: CnDev, ctx: DetectContext) -> Versions:
+        # the driver version is per card (cndevGetVersionInfo takes a device), read in found()
+        return Versions(runtime=read_neuware_version(ctx.host, os.environ.get("NEUWARE_HOME")))
+
+    def found(self, cn: CnDev, ctx: DetectContext, device: Device[int], memory_mib: int, versions: Versions) -> Found:
+        bus = pci_address(self, device, lambda: cn.pci_bus_id(device.handle))
+        driver = optional(self, lambda: cn.driver_version(device.handle), f"card {device.index} driver version")
+        return Found(
+            uuid=device.uuid,
+            name=device.name,
+            memory_mib=memory_mib,
+            pci_bus_id=bus,
+            physical_indexes=[device.index],
+            driver_version=f"{driver[0]}.{driver[1]}" if driver else None,
+            runtime_version=versions.runtime,
+            logical_sliced=AcceleratorLogicalSliced(count=SMLU_SLICES, cores_percentage_overcommit=False),
         )
-    return found
+
+
+BACKEND = CnDevBackend()
+
+
+def cndev_session(ctx: DetectContext) -> AbstractContextManager[CnDev | str]:
+    """An initialised CNDev, or the reason there is none (absent, unloadable, init refused)."""
+    return libbackend.session(BACKEND, ctx)
 
 
 def detect(ctx: DetectContext) -> DetectOutcome:
-    early, scan_problem = pci_gate(ctx)
-    if early is not None:
-        return early
-    with cndev_session(ctx) as cn:
-        if isinstance(cn, str):
-            log.info("cambricon: %s", cn)
-            return Unmeasured(f"{scan_problem}; and {cn}") if scan_problem else Detected([])
-        try:
-            found = read_found(cn, ctx)
-        except CndevError as exc:
-            return Unmeasured(f"CNDev initialised but could not enumerate the cards: {exc}")
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
-
-
-def _sample(cn: CnDev, index: int) -> AcceleratorMetrics | None:
-    ident = _read_one(cn, index)
-    if ident is None:
-        return None
-    handle, uuid, _name = ident
-    try:
-        total, used = cn.memory_mib(handle)
-    except CndevError as exc:
-        log.warning("cambricon: card %d (%s) not sampled, memory unreadable: %s", index, uuid, exc)
-        return None
-    sample = AcceleratorMetrics(
-        id=uuid,
-        memory=total,
-        memory_usage=used,
-        memory_utilization=round(used * 100 / total) if total > 0 else None,
-    )
-    for field, read in (
-        ("cores_utilization", cn.core_utilization),
-        ("temperature", cn.chip_temperature),
-        ("power_usage", cn.power_watts),
-    ):
-        try:
-            setattr(sample, field, read(handle))
-        except CndevError as exc:
-            log.debug("cambricon: card %d %s unreadable: %s", index, field, exc)
-    return sample
+    return libbackend.detect(BACKEND, ctx)
 
 
 def monitor(ctx: DetectContext) -> MonitorOutcome:
-    early, scan_problem = pci_gate(ctx)
-    if early is not None:
-        return Measured([])
-    with cndev_session(ctx) as cn:
-        if isinstance(cn, str):
-            return Unmeasured(f"{scan_problem}; and {cn}") if scan_problem else Measured([])
-        try:
-            count = cn.device_count()
-        except CndevError as exc:
-            return Unmeasured(f"CNDev initialised but could not enumerate the cards: {exc}")
-        samples = [s for i in range(count) if (s := _sample(cn, i)) is not None]
-    return Measured(samples)
+    return libbackend.monitor(BACKEND, ctx)

@@ -14,26 +14,18 @@ subdevices per card, the driver's ``DefaultDevCnt``; compute is partitioned, not
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 from gpustack_operator.host import HostPathError, HostRoot
-from gpustack_operator.host.libs import LibraryLoadError, LibrarySpec, find_library, load_library
+from gpustack_operator.host.libs import LibrarySpec
 from gpustack_operator.ledger.models import AcceleratorLogicalSliced
-from gpustack_operator.manufacturers.base import (
-    AcceleratorMetrics,
-    DetectContext,
-    Detected,
-    DetectOutcome,
-    Measured,
-    MonitorOutcome,
-    Unmeasured,
-)
-from gpustack_operator.manufacturers.groups import Found, build_groups, normalize_bus_id
+from gpustack_operator.manufacturers import libbackend
+from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, MonitorOutcome
+from gpustack_operator.manufacturers.groups import Found, normalize_bus_id
+from gpustack_operator.manufacturers.libbackend import Device, Figure, Versions, optional
 from gpustack_operator.manufacturers.metax.mxsml import DeviceInfo, Mxsml, MxsmlError
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
 
 log = logging.getLogger(__name__)
 
@@ -74,146 +66,77 @@ def drm_indexes(host: HostRoot, bdf: str) -> list[int]:
     return []
 
 
-def pci_gate(ctx: DetectContext) -> tuple[DetectOutcome | None, str | None]:
-    """The PCI check: ``(outcome to return at once, why the scan cannot vouch for this vendor)``."""
-    if ctx.no_pci_check:
-        return None, None
-    problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
-    if problems:
-        return None, "; ".join(problems)
-    if not accelerator_devices(ctx):
-        log.debug("metax: no MetaX accelerator on the PCI bus; MXSML not loaded")
-        return Detected([]), None
-    return None, None
+def _version(text: str) -> str | None:
+    return text.strip().removeprefix("v") or None
 
 
-@contextmanager
-def mxsml_session(ctx: DetectContext) -> Iterator[Mxsml | str]:
-    """An initialised MXSML, or the reason there is none."""
-    path = find_library(ctx.host, LIBRARY)
-    if path is None:
-        yield "libmxsml.so not found (MACA_HOME, LD_LIBRARY_PATH, /opt/maca/lib)"
-        return
-    try:
-        mx = Mxsml(load_library(path))
+class MxsmlBackend:
+    """MXSML as the shared library pass (:mod:`~gpustack_operator.manufacturers.libbackend`) reads it.
+    Devices are addressed by their MXSML index; the handle is the device info read at identification."""
+
+    logger = log
+    vendor = "metax"
+    brand = "MetaX"
+    api = "MXSML"
+    unit = "GPU"
+    library = LIBRARY
+    not_found = "libmxsml.so not found (MACA_HOME, LD_LIBRARY_PATH, /opt/maca/lib)"
+    error = MxsmlError
+    figures: tuple[Figure[Mxsml, DeviceInfo], ...] = (
+        Figure("cores_utilization", "usage", lambda mx, d: mx.xcore_usage(d.index)),
+        Figure("temperature", "temperature", lambda mx, d: mx.hotspot_centidegrees(d.index) // 100),
+        Figure("power_usage", "power", lambda mx, d: sum(mx.board_power_mw(d.index)) // 1000),
+    )
+
+    def open(self, lib: ctypes.CDLL) -> Mxsml:
+        mx = Mxsml(lib)
         mx.init()
-    except (LibraryLoadError, MxsmlError) as exc:
-        yield f"MXSML at {path} did not initialise: {exc}"
-        return
-    yield mx
+        return mx
 
+    def close(self, mx: Mxsml) -> None:
+        """MXSML has no shutdown call."""
 
-def _identity(mx: Mxsml, index: int) -> DeviceInfo | None:
-    try:
+    def count(self, mx: Mxsml) -> int:
+        return mx.device_count()
+
+    def identify(self, mx: Mxsml, index: int) -> Device[DeviceInfo] | None:
         info = mx.device_info(index)
-    except MxsmlError as exc:
-        log.warning("metax: GPU %d dropped, its identity could not be read: %s", index, exc)
-        return None
-    if info.virtual_function:
-        log.info("metax: GPU %d (%s) is a virtual function, skipped", index, info.uuid)
-        return None
-    if not info.uuid or not info.name:
-        log.warning("metax: GPU %d dropped, MXSML reports no uuid/name (%r, %r)", index, info.uuid, info.name)
-        return None
-    return info
+        if info.virtual_function:
+            log.info("metax: GPU %d (%s) is a virtual function, skipped", index, info.uuid)
+            return None
+        return Device(index, info, info.uuid, info.name)
 
+    def memory_mib(self, mx: Mxsml, device: Device[DeviceInfo]) -> tuple[int, int]:
+        total_kib, used_kib = mx.memory_kib(device.index)
+        return total_kib >> 10, used_kib >> 10
 
-def _optional(read: Callable[[], str], what: str) -> str | None:
-    try:
-        value = read()
-    except MxsmlError as exc:
-        log.info("metax: %s unreadable: %s", what, exc)
-        return None
-    return str(value).strip().removeprefix("v") or None
+    def versions(self, mx: Mxsml, ctx: DetectContext) -> Versions:
+        driver = optional(self, lambda: _version(mx.driver_version()), "driver version")
+        return Versions(driver=driver, runtime=optional(self, lambda: _version(mx.maca_version()), "MACA version"))
 
-
-def read_found(mx: Mxsml, ctx: DetectContext) -> list[Found]:
-    count = mx.device_count()
-    driver = _optional(mx.driver_version, "driver version")
-    runtime = _optional(mx.maca_version, "MACA version")
-    found: list[Found] = []
-    for index in range(count):
-        info = _identity(mx, index)
-        if info is None:
-            continue
-        try:
-            total_kib, _ = mx.memory_kib(index)
-        except MxsmlError as exc:
-            log.warning("metax: GPU %d (%s) dropped, its memory could not be read: %s", index, info.uuid, exc)
-            continue
-        bus = normalize_bus_id(info.bdf) if info.bdf else ""
-        found.append(
-            Found(
-                uuid=info.uuid,
-                name=info.name,
-                memory_mib=total_kib >> 10,
-                pci_bus_id=bus,
-                physical_indexes=(drm_indexes(ctx.host, bus) if bus else []) or [index],
-                driver_version=driver,
-                runtime_version=runtime,
-                family=metax_family(info.name),
-                logical_sliced=AcceleratorLogicalSliced(count=SGPU_SLICES, cores_percentage_overcommit=False),
-            )
+    def found(
+        self, mx: Mxsml, ctx: DetectContext, device: Device[DeviceInfo], memory_mib: int, versions: Versions
+    ) -> Found:
+        bus = normalize_bus_id(device.handle.bdf) if device.handle.bdf else ""
+        return Found(
+            uuid=device.uuid,
+            name=device.name,
+            memory_mib=memory_mib,
+            pci_bus_id=bus,
+            physical_indexes=(drm_indexes(ctx.host, bus) if bus else []) or [device.index],
+            driver_version=versions.driver,
+            runtime_version=versions.runtime,
+            family=metax_family(device.name),
+            logical_sliced=AcceleratorLogicalSliced(count=SGPU_SLICES, cores_percentage_overcommit=False),
         )
-    return found
+
+
+BACKEND = MxsmlBackend()
 
 
 def detect(ctx: DetectContext) -> DetectOutcome:
-    early, scan_problem = pci_gate(ctx)
-    if early is not None:
-        return early
-    with mxsml_session(ctx) as mx:
-        if isinstance(mx, str):
-            log.info("metax: %s", mx)
-            return Unmeasured(f"{scan_problem}; and {mx}") if scan_problem else Detected([])
-        try:
-            found = read_found(mx, ctx)
-        except MxsmlError as exc:
-            return Unmeasured(f"MXSML initialised but could not enumerate the GPUs: {exc}")
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
-
-
-def _sample(mx: Mxsml, index: int) -> AcceleratorMetrics | None:
-    info = _identity(mx, index)
-    if info is None:
-        return None
-    try:
-        total_kib, used_kib = mx.memory_kib(index)
-    except MxsmlError as exc:
-        log.warning("metax: GPU %d (%s) not sampled, memory unreadable: %s", index, info.uuid, exc)
-        return None
-    total, used = total_kib >> 10, used_kib >> 10
-    sample = AcceleratorMetrics(
-        id=info.uuid,
-        memory=total,
-        memory_usage=used,
-        memory_utilization=round(used * 100 / total) if total > 0 else None,
-    )
-    try:
-        sample.cores_utilization = mx.xcore_usage(index)
-    except MxsmlError as exc:
-        log.debug("metax: GPU %d usage unreadable: %s", index, exc)
-    try:
-        sample.temperature = mx.hotspot_centidegrees(index) // 100
-    except MxsmlError as exc:
-        log.debug("metax: GPU %d temperature unreadable: %s", index, exc)
-    try:
-        sample.power_usage = sum(mx.board_power_mw(index)) // 1000
-    except MxsmlError as exc:
-        log.debug("metax: GPU %d power unreadable: %s", index, exc)
-    return sample
+    return libbackend.detect(BACKEND, ctx)
 
 
 def monitor(ctx: DetectContext) -> MonitorOutcome:
-    early, scan_problem = pci_gate(ctx)
-    if early is not None:
-        return Measured([])
-    with mxsml_session(ctx) as mx:
-        if isinstance(mx, str):
-            return Unmeasured(f"{scan_problem}; and {mx}") if scan_problem else Measured([])
-        try:
-            count = mx.device_count()
-        except MxsmlError as exc:
-            return Unmeasured(f"MXSML initialised but could not enumerate the GPUs: {exc}")
-        samples = [s for i in range(count) if (s := _sample(mx, i)) is not None]
-    return Measured(samples)
+    return libbackend.monitor(BACKEND, ctx)

@@ -41,7 +41,7 @@ def parse_sched_class(text: str | None) -> str | None:
     if text is None:
         return None
     value = text.strip()
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # str.isdigit() also takes "²", which int() refuses
         return None
     return SCHED_CLASSES.get(int(value))
 

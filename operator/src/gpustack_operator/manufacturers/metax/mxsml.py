@@ -18,6 +18,8 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
+from gpustack_operator.host.libs import Binding, LibraryCallError, MissingEntryPointError, c_text
+
 MXSML_SUCCESS = 0
 MXSML_INSUFFICIENT_SIZE = 10
 MXSML_VERSION_DRIVER = 1
@@ -42,18 +44,14 @@ RETURN_NAMES = {
 }
 
 
-class MxsmlError(Exception):
-    def __init__(self, call: str, code: int) -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} returned {RETURN_NAMES.get(code, 'mxSmlReturn_t')} ({code})")
+class MxsmlError(LibraryCallError):
+    return_names = RETURN_NAMES
+    return_type = "mxSmlReturn_t"
+    library = "libmxsml"
 
 
-class MissingSymbolError(MxsmlError):
-    def __init__(self, call: str) -> None:
-        Exception.__init__(self, f"{call} is not exported by this libmxsml")
-        self.call = call
-        self.code = -1
+class MissingSymbolError(MissingEntryPointError, MxsmlError):
+    pass
 
 
 class _DeviceInfo(ctypes.Structure):
@@ -93,29 +91,12 @@ class DeviceInfo:
     virtual_function: bool
 
 
-def _text(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace").strip()
-
-
-class Mxsml:
+class Mxsml(Binding):
     """One loaded ``libmxsml``. Devices are addressed by their MXSML index."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self._lib = lib
-
-    def _fn(self, name: str, restype: Any, *argtypes: Any) -> Any:
-        try:
-            fn = getattr(self._lib, name)
-        except AttributeError:
-            raise MissingSymbolError(name) from None
-        fn.restype = restype
-        fn.argtypes = list(argtypes)
-        return fn
-
-    def _call(self, name: str, argtypes: tuple[Any, ...], *args: Any) -> None:
-        code = int(self._fn(name, ctypes.c_uint, *argtypes)(*args))
-        if code != MXSML_SUCCESS:
-            raise MxsmlError(name, code)
+    error = MxsmlError
+    missing = MissingSymbolError
+    status = ctypes.c_uint
 
     # mxSmlReturn_t mxSmlInit(void)
     def init(self) -> None:
@@ -130,9 +111,9 @@ class Mxsml:
         info = _DeviceInfo()
         self._call("mxSmlGetDeviceInfo", (ctypes.c_uint, ctypes.POINTER(_DeviceInfo)), index, ctypes.byref(info))
         return DeviceInfo(
-            bdf=_text(info.bdfId),
-            uuid=_text(info.uuid),
-            name=_text(info.deviceName),
+            bdf=c_text(info.bdfId),
+            uuid=c_text(info.uuid),
+            name=c_text(info.deviceName),
             virtual_function=int(info.mode) == MXSML_VIRTUALIZATION_MODE_VF,
         )
 
@@ -146,7 +127,7 @@ class Mxsml:
         buf = ctypes.create_string_buffer(VERSION_INFO_SIZE)
         size = ctypes.c_uint(VERSION_INFO_SIZE)
         self._call(name, argtypes, *head, buf, ctypes.byref(size))
-        return _text(buf.raw)
+        return c_text(buf.raw)
 
     # mxSmlReturn_t mxSmlGetDeviceVersion(unsigned int deviceId, mxSmlVersionUnit_t unit, char *version,
     #                                     unsigned int *size)

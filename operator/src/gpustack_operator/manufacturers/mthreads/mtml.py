@@ -18,6 +18,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from gpustack_operator.host.libs import Binding, LibraryCallError, MissingEntryPointError, c_text
+
 MTML_SUCCESS = 0
 NAME_BUFFER_SIZE = 32
 UUID_BUFFER_SIZE = 48
@@ -40,18 +42,14 @@ RETURN_NAMES = {
 }
 
 
-class MtmlError(Exception):
-    def __init__(self, call: str, code: int) -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} returned {RETURN_NAMES.get(code, 'MtmlReturn')} ({code})")
+class MtmlError(LibraryCallError):
+    return_names = RETURN_NAMES
+    return_type = "MtmlReturn"
+    library = "libmtml"
 
 
-class MissingSymbolError(MtmlError):
-    def __init__(self, call: str) -> None:
-        Exception.__init__(self, f"{call} is not exported by this libmtml")
-        self.call = call
-        self.code = -1
+class MissingSymbolError(MissingEntryPointError, MtmlError):
+    pass
 
 
 class _PciInfo(ctypes.Structure):
@@ -73,36 +71,21 @@ class _PciInfo(ctypes.Structure):
     ]
 
 
-def _text(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace").strip()
-
-
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)
 _PUINT = ctypes.POINTER(ctypes.c_uint)
 _PULL = ctypes.POINTER(ctypes.c_ulonglong)
 
 
-class Mtml:
+class Mtml(Binding):
     """One loaded ``libmtml``; :meth:`init` opens the library object every other call hangs off."""
 
+    error = MtmlError
+    missing = MissingSymbolError
+
     def __init__(self, lib: ctypes.CDLL) -> None:
-        self._lib = lib
+        super().__init__(lib)
         self._handle = ctypes.c_void_p()
-
-    def _fn(self, name: str, *argtypes: Any) -> Any:
-        try:
-            fn = getattr(self._lib, name)
-        except AttributeError:
-            raise MissingSymbolError(name) from None
-        fn.restype = ctypes.c_int
-        fn.argtypes = list(argtypes)
-        return fn
-
-    def _call(self, name: str, argtypes: tuple[Any, ...], *args: Any) -> None:
-        code = int(self._fn(name, *argtypes)(*args))
-        if code != MTML_SUCCESS:
-            raise MtmlError(name, code)
 
     def _out(self, name: str, parent: ctypes.c_void_p, *head: Any) -> ctypes.c_void_p:
         obj = ctypes.c_void_p()
@@ -113,7 +96,7 @@ class Mtml:
     def _string(self, name: str, obj: ctypes.c_void_p, size: int) -> str:
         buf = ctypes.create_string_buffer(size)
         self._call(name, (_P, ctypes.c_char_p, ctypes.c_uint), obj, buf, size)
-        return _text(buf.raw)
+        return c_text(buf.raw)
 
     # MtmlReturn mtmlLibraryInit(MtmlLibrary **lib)
     def init(self) -> None:
@@ -151,7 +134,7 @@ class Mtml:
     def pci_sbdf(self, device: ctypes.c_void_p) -> str:
         info = _PciInfo()
         self._call("mtmlDeviceGetPciInfo", (_P, ctypes.POINTER(_PciInfo)), device, ctypes.byref(info))
-        return _text(info.sbdf) or f"{info.segment:04x}:{info.bus:02x}:{info.device:02x}.0"
+        return c_text(info.sbdf) or f"{info.segment:04x}:{info.bus:02x}:{info.device:02x}.0"
 
     def _uint(self, name: str, obj: ctypes.c_void_p) -> int:
         value = ctypes.c_uint()

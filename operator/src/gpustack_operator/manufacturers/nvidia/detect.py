@@ -34,6 +34,7 @@ from gpustack_operator.ledger.models import (
     AcceleratorPhysicalSlicedProfile,
     AcceleratorPlacement,
 )
+from gpustack_operator.manufacturers import libbackend
 from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
 from gpustack_operator.manufacturers.groups import Found, build_groups
 from gpustack_operator.manufacturers.nvidia import values
@@ -46,7 +47,6 @@ from gpustack_operator.manufacturers.nvidia.nvml import (
     NvmlUnavailableError,
     open_nvml,
 )
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,10 @@ MIG_ENABLED = 1
 
 
 def pci_gate(ctx: DetectContext) -> DetectOutcome | None:
-    """The PCI check: an outcome when it settles the pass, ``None`` when NVML must be asked."""
-    if ctx.no_pci_check:
-        return None
-    problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
-    if problems:
-        return Unmeasured("; ".join(problems))
-    if not accelerator_devices(ctx):
-        log.debug("nvidia: no NVIDIA accelerator on the PCI bus; NVML not loaded")
-        return Detected([])
-    return None
+    """The PCI check (:func:`libbackend.pci_gate`): an outcome when it settles the pass, ``None`` when
+    NVML must be asked. A scan that cannot vouch for ``10de`` is ``Unmeasured`` here, NVML unasked."""
+    early, scan_problem = libbackend.pci_gate(ctx, log, "NVIDIA", "NVML")
+    return Unmeasured(scan_problem) if scan_problem else early
 
 
 def detect(ctx: DetectContext) -> DetectOutcome:

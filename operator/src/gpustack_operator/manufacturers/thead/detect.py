@@ -20,27 +20,18 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from gpustack_operator.host.libs import LibraryLoadError, LibrarySpec, find_library, load_library
+from gpustack_operator.host.libs import LibrarySpec
 from gpustack_operator.ledger.models import (
     AcceleratorLogicalSliced,
     AcceleratorPhysicalSliced,
     AcceleratorPhysicalSlicedProfile,
     AcceleratorPlacement,
 )
-from gpustack_operator.manufacturers.base import (
-    AcceleratorMetrics,
-    DetectContext,
-    Detected,
-    DetectOutcome,
-    Measured,
-    MonitorOutcome,
-    Unmeasured,
-)
-from gpustack_operator.manufacturers.groups import Found, build_groups, normalize_bus_id
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
+from gpustack_operator.manufacturers import libbackend
+from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, MonitorOutcome
+from gpustack_operator.manufacturers.groups import Found, normalize_bus_id
+from gpustack_operator.manufacturers.libbackend import Device, Figure, Versions, optional, pci_address
 from gpustack_operator.manufacturers.thead.hgml import (
     GPU_INSTANCE_PROFILE_COUNT,
     GpuInstanceProfile,
@@ -70,55 +61,6 @@ def profile_name(raw: str) -> str | None:
     if not name or "+" in name or len(name) > 63 or not _SEGMENT.match(name):
         return None
     return name
-
-
-def pci_gate(ctx: DetectContext) -> tuple[DetectOutcome | None, str | None]:
-    """The PCI check: ``(outcome to return at once, why the scan cannot vouch for this vendor)``."""
-    if ctx.no_pci_check:
-        return None, None
-    problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
-    if problems:
-        return None, "; ".join(problems)
-    if not accelerator_devices(ctx):
-        log.debug("thead: no T-Head accelerator on the PCI bus; HGML not loaded")
-        return Detected([]), None
-    return None, None
-
-
-@contextmanager
-def hgml_session(ctx: DetectContext) -> Iterator[Hgml | str]:
-    """An initialised HGML, or the reason there is none; shut down afterwards."""
-    path = find_library(ctx.host, LIBRARY)
-    if path is None:
-        yield "libhgml.so not found (PPU_HOME, LD_LIBRARY_PATH, /usr/local/PPU_SDK/lib)"
-        return
-    try:
-        hg = Hgml(load_library(path))
-        hg.init()
-    except (LibraryLoadError, HgmlError) as exc:
-        yield f"HGML at {path} did not initialise: {exc}"
-        return
-    try:
-        yield hg
-    finally:
-        try:
-            hg.shutdown()
-        except HgmlError as exc:
-            log.debug("thead: %s", exc)
-
-
-def _identity(hg: Hgml, index: int) -> tuple[ctypes.c_void_p, str, str] | None:
-    try:
-        handle = hg.handle(index)
-        uuid = hg.uuid(handle)
-        name = hg.name(handle)
-    except HgmlError as exc:
-        log.warning("thead: PPU %d dropped, its identity could not be read: %s", index, exc)
-        return None
-    if not uuid or not name:
-        log.warning("thead: PPU %d dropped, HGML reports no uuid/name (%r, %r)", index, uuid, name)
-        return None
-    return handle, uuid, name
 
 
 def sliced_profile(
@@ -189,35 +131,53 @@ def slicing(
     return None, AcceleratorPhysicalSliced(profiles=profiles, count=max(p.count for p in profiles))
 
 
-def read_found(hg: Hgml, ctx: DetectContext) -> list[Found]:
-    count = hg.device_count()
-    try:
-        driver: str | None = hg.driver_version() or None
-    except HgmlError as exc:
-        log.info("thead: driver version unreadable: %s", exc)
-        driver = None
-    try:
-        runtime = runtime_version_string(hg.hggc_driver_version())
-    except HgmlError as exc:
-        log.info("thead: HGGC driver version unreadable: %s", exc)
-        runtime = None
-    found: list[Found] = []
-    for index in range(count):
-        ident = _identity(hg, index)
-        if ident is None:
-            continue
-        handle, uuid, name = ident
-        try:
-            total, _ = hg.memory_bytes(handle)
-        except HgmlError as exc:
-            log.warning("thead: PPU %d (%s) dropped, its memory could not be read: %s", index, uuid, exc)
-            continue
-        memory_mib = total >> 20
-        try:
-            bus = normalize_bus_id(hg.pci_bus_id(handle))
-        except HgmlError as exc:
-            log.warning("thead: PPU %d (%s) has no PCI address: %s", index, uuid, exc)
-            bus = ""
+class HgmlBackend:
+    """HGML as the shared library pass (:mod:`~gpustack_operator.manufacturers.libbackend`) reads it."""
+
+    logger = log
+    vendor = "thead"
+    brand = "T-Head"
+    api = "HGML"
+    unit = "PPU"
+    library = LIBRARY
+    not_found = "libhgml.so not found (PPU_HOME, LD_LIBRARY_PATH, /usr/local/PPU_SDK/lib)"
+    error = HgmlError
+    figures: tuple[Figure[Hgml, ctypes.c_void_p], ...] = (
+        # a PPU in MIG mode reports no utilisation
+        Figure("cores_utilization", "utilization", lambda hg, d: hg.gpu_utilization(d.handle)),
+        Figure("temperature", "temperature", lambda hg, d: hg.temperature(d.handle)),
+        Figure("power_usage", "power", lambda hg, d: hg.power_mw(d.handle) // 1000),
+    )
+
+    def open(self, lib: ctypes.CDLL) -> Hgml:
+        hg = Hgml(lib)
+        hg.init()
+        return hg
+
+    def close(self, hg: Hgml) -> None:
+        hg.shutdown()
+
+    def count(self, hg: Hgml) -> int:
+        return hg.device_count()
+
+    def identify(self, hg: Hgml, index: int) -> Device[ctypes.c_void_p]:
+        handle = hg.handle(index)
+        return Device(index, handle, hg.uuid(handle), hg.name(handle))
+
+    def memory_mib(self, hg: Hgml, device: Device[ctypes.c_void_p]) -> tuple[int, int]:
+        total, used = hg.memory_bytes(device.handle)
+        return total >> 20, used >> 20
+
+    def versions(self, hg: Hgml, ctx: DetectContext) -> Versions:
+        driver = optional(self, lambda: hg.driver_version() or None, "driver version")
+        runtime = optional(self, lambda: runtime_version_string(hg.runtime_driver_version()), "HGGC driver version")
+        return Versions(driver=driver, runtime=runtime)
+
+    def found(
+        self, hg: Hgml, ctx: DetectContext, device: Device[ctypes.c_void_p], memory_mib: int, versions: Versions
+    ) -> Found:
+        handle, index, uuid = device.handle, device.index, device.uuid
+        bus = pci_address(self, device, lambda: normalize_bus_id(hg.pci_bus_id(handle)))
         try:
             physical = [hg.minor_number(handle)]
         except HgmlError as exc:
@@ -225,88 +185,30 @@ def read_found(hg: Hgml, ctx: DetectContext) -> list[Found]:
                 "thead: PPU %d (%s) has no minor number (%s); its enumeration index stands in", index, uuid, exc
             )
             physical = [index]
-        try:
-            major, minor = hg.compute_capability(handle)
-            cc: str | None = f"{major}.{minor}" if major > 0 else None
-        except HgmlError:
-            cc = None
-        try:
-            cores: int | None = hg.gpu_cores(handle)
-        except HgmlError:
-            cores = None
+        cc = optional(self, lambda: hg.compute_capability(handle))
+        cores = optional(self, lambda: hg.gpu_cores(handle))
         logical, physical_sliced = slicing(hg, handle, uuid, memory_mib)
-        found.append(
-            Found(
-                uuid=uuid,
-                name=name,
-                memory_mib=memory_mib,
-                pci_bus_id=bus,
-                physical_indexes=physical,
-                cores=cores,
-                driver_version=driver,
-                runtime_version=runtime,
-                compute_capability=cc,
-                logical_sliced=logical,
-                physical_sliced=physical_sliced,
-            )
+        return Found(
+            uuid=uuid,
+            name=device.name,
+            memory_mib=memory_mib,
+            pci_bus_id=bus,
+            physical_indexes=physical,
+            cores=cores,
+            driver_version=versions.driver,
+            runtime_version=versions.runtime,
+            compute_capability=f"{cc[0]}.{cc[1]}" if cc and cc[0] > 0 else None,
+            logical_sliced=logical,
+            physical_sliced=physical_sliced,
         )
-    return found
+
+
+BACKEND = HgmlBackend()
 
 
 def detect(ctx: DetectContext) -> DetectOutcome:
-    early, scan_problem = pci_gate(ctx)
-    if early is not None:
-        return early
-    with hgml_session(ctx) as hg:
-        if isinstance(hg, str):
-            log.info("thead: %s", hg)
-            return Unmeasured(f"{scan_problem}; and {hg}") if scan_problem else Detected([])
-        try:
-            found = read_found(hg, ctx)
-        except HgmlError as exc:
-            return Unmeasured(f"HGML initialised but could not enumerate the PPUs: {exc}")
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
-
-
-def _sample(hg: Hgml, index: int) -> AcceleratorMetrics | None:
-    ident = _identity(hg, index)
-    if ident is None:
-        return None
-    handle, uuid, _ = ident
-    try:
-        total_b, used_b = hg.memory_bytes(handle)
-    except HgmlError as exc:
-        log.warning("thead: PPU %d (%s) not sampled, memory unreadable: %s", index, uuid, exc)
-        return None
-    total, used = total_b >> 20, used_b >> 20
-    sample = AcceleratorMetrics(
-        id=uuid, memory=total, memory_usage=used, memory_utilization=round(used * 100 / total) if total else None
-    )
-    try:
-        sample.cores_utilization = hg.gpu_utilization(handle)
-    except HgmlError as exc:
-        log.debug("thead: PPU %d utilization unreadable (a MIG-mode PPU has none): %s", index, exc)
-    try:
-        sample.temperature = hg.temperature(handle)
-    except HgmlError as exc:
-        log.debug("thead: PPU %d temperature unreadable: %s", index, exc)
-    try:
-        sample.power_usage = hg.power_mw(handle) // 1000
-    except HgmlError as exc:
-        log.debug("thead: PPU %d power unreadable: %s", index, exc)
-    return sample
+    return libbackend.detect(BACKEND, ctx)
 
 
 def monitor(ctx: DetectContext) -> MonitorOutcome:
-    early, scan_problem = pci_gate(ctx)
-    if early is not None:
-        return Measured([])
-    with hgml_session(ctx) as hg:
-        if isinstance(hg, str):
-            return Unmeasured(f"{scan_problem}; and {hg}") if scan_problem else Measured([])
-        try:
-            count = hg.device_count()
-        except HgmlError as exc:
-            return Unmeasured(f"HGML initialised but could not enumerate the PPUs: {exc}")
-        samples = [s for i in range(count) if (s := _sample(hg, i)) is not None]
-    return Measured(samples)
+    return libbackend.monitor(BACKEND, ctx)
