@@ -214,9 +214,9 @@ def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int) -> None:
         "-f",
         str(forks),
         "-e",
-        f"gpustack_report_dir={work / 'reports'}",
+        f"preflight_report_dir={work / 'reports'}",
         "-e",
-        "gpustack_fleet_fail_on=never",
+        "preflight_fail_on=never",
     ]
     ping = [str(BIN / "ansible"), "all", "-i", str(inventory), "-m", "ansible.builtin.ping", "-f", str(forks)]
     samples: dict[str, list[float]] = {"fleet": [], "ping": []}

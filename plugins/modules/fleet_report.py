@@ -52,7 +52,7 @@ author:
 EXAMPLES = r"""
 - name: Preflight every host, keeping going on failures
   gpustack.accelerators.preflight:
-  register: gpustack_preflight
+  register: preflight_result
   ignore_errors: true
   ignore_unreachable: true
 
@@ -60,7 +60,7 @@ EXAMPLES = r"""
   gpustack.accelerators.fleet_report:
     dest: "{{ playbook_dir }}/../reports"
     hosts: "{{ groups['all'] }}"
-    results: "{{ groups['all'] | map('extract', hostvars) | map(attribute='gpustack_preflight', default=none) | list }}"
+    results: "{{ groups['all'] | map('extract', hostvars) | map(attribute='preflight_result', default=none) | list }}"
   delegate_to: localhost
   run_once: true
 """

@@ -36,6 +36,13 @@ options:
       - Forced on in check mode.
     type: bool
     default: false
+  fail_on:
+    description:
+      - C(unavailable) fails the task when an answer is C(unavailable) (the preflight's exit-code rule);
+        C(never) always succeeds and leaves the verdict to RV(failures) and RV(summary).
+    type: str
+    choices: [unavailable, never]
+    default: unavailable
 attributes:
   check_mode:
     support: full
@@ -93,7 +100,7 @@ summary:
     nvidia: ok (8)
     amd: not-declared (0)
 failures:
-  description: Every unavailable answer, in words; non-empty exactly when the task failed.
+  description: Every unavailable answer, in words; non-empty exactly when the task failed (with O(fail_on=unavailable)).
   returned: always
   type: list
   elements: str
@@ -116,6 +123,7 @@ def main():
         choices=["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead"],
     )
     argument_spec["dry_run"] = dict(type="bool", default=False)
+    argument_spec["fail_on"] = dict(type="str", choices=["unavailable", "never"], default="unavailable")
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_gpustack(module)
     req = make_request(module)
@@ -125,7 +133,7 @@ def main():
         g.manufacturer: "%s (%d)" % (g.detection.state.value, g.detection.accelerators) for g in report.accelerators
     }
     result = dict(changed=False, report=report.wire(), summary=summary, failures=failures)
-    if failures:
+    if failures and module.params["fail_on"] == "unavailable":
         module.fail_json(msg="preflight: " + "; ".join(failures), **result)
     module.exit_json(**result)
 

@@ -63,7 +63,7 @@ def test_fleet_playbook_writes_the_report(
         "-f",
         "4",
         "-e",
-        f"gpustack_report_dir={reports}",
+        f"preflight_report_dir={reports}",
     )
     out = proc.stdout + proc.stderr
     # one host cannot be read and one cannot be reached: the run fails, after writing the report
@@ -100,9 +100,9 @@ def test_fleet_playbook_never_mode_exits_zero(ansible_env: dict[str, str], tmp_p
         "-i",
         str(FLEET),
         "-e",
-        f"gpustack_report_dir={tmp_path}",
+        f"preflight_report_dir={tmp_path}",
         "-e",
-        "gpustack_fleet_fail_on=never",
+        "preflight_fail_on=never",
         "--limit",
         "cpu,broken",
     )
@@ -112,7 +112,7 @@ def test_fleet_playbook_never_mode_exits_zero(ansible_env: dict[str, str], tmp_p
 
 def test_check_mode(ansible_env: dict[str, str], tmp_path: Path) -> None:
     proc = playbook(
-        ansible_env, "-i", str(FLEET), "--check", "--limit", "nvidia", "-e", f"gpustack_report_dir={tmp_path}"
+        ansible_env, "-i", str(FLEET), "--check", "--limit", "nvidia", "-e", f"preflight_report_dir={tmp_path}"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "fleet preflight: 2 hosts, 2 ok, 0 unavailable, 0 unreachable" in proc.stdout
@@ -187,3 +187,9 @@ def test_missing_package_names_the_remedy(ansible_env: dict[str, str], tmp_path:
     assert proc.returncode != 0
     assert "Failed to import the required Python library (gpustack-operator)" in proc.stdout
     assert "gpustack.accelerators.install role" in proc.stdout
+
+
+def test_preflight_fail_on_never(ansible_env: dict[str, str]) -> None:
+    proc = adhoc(ansible_env, "gpustack.accelerators.preflight", "-a", "fail_on=never", "--limit", "broken-sysfs-01")
+    assert proc.returncode == 0, proc.stdout
+    assert '"failures": [' in proc.stdout and "could not measure" in proc.stdout

@@ -76,9 +76,9 @@ def test_install_from_wheel_then_modules_use_it(ansible_env: dict[str, str], tmp
         ansible_env,
         tmp_path,
         {
-            "gpustack_install_wheel": str(wheel),
-            "gpustack_install_venv": str(venv),
-            "gpustack_install_python": sys.executable,
+            "install_wheel": str(wheel),
+            "install_venv": str(venv),
+            "install_python": sys.executable,
         },
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -91,9 +91,9 @@ def test_old_python_is_refused_with_the_remedy(ansible_env: dict[str, str], tmp_
         ansible_env,
         tmp_path,
         {
-            "gpustack_install_wheel": str(wheel),
-            "gpustack_install_venv": str(tmp_path / "v"),
-            "gpustack_install_python": "/usr/bin/python3",
+            "install_wheel": str(wheel),
+            "install_venv": str(tmp_path / "v"),
+            "install_python": "/usr/bin/python3",
         },
     )
     assert proc.returncode != 0

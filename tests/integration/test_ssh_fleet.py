@@ -129,7 +129,7 @@ def fleet_run(ssh_fleet: nh.NetnsFleet, tmp_path_factory: pytest.TempPathFactory
             "-f",
             "2",
             "-e",
-            f"gpustack_report_dir={reports}",
+            f"preflight_report_dir={reports}",
         ],
         cwd=REPO,
         env=env,
@@ -152,7 +152,7 @@ def test_run_ends_with_the_summary_and_fails_for_the_unreachable_host(fleet_run:
     assert isinstance(proc, subprocess.CompletedProcess)
     out = output(fleet_run)
     assert "fleet preflight: 3 hosts, 2 ok, 0 unavailable, 1 unreachable" in out, out
-    # the default gpustack_fleet_fail_on=unavailable fails the run, after the report is written
+    # the default preflight_fail_on=unavailable fails the run, after the report is written
     assert proc.returncode != 0, out
     assert f"fatal: [{UNREACHABLE}]: UNREACHABLE!" in out, out
 

@@ -1,0 +1,174 @@
+"""The roles' molecule scenarios (molecule/<scenario>/), run for real: podman containers with no
+network, each scenario's full test sequence (converge, idempotence, check, testinfra verify, destroy).
+
+tests/tools/podman_image.sh makes this machine ready first (podman, runc and debootstrap from Debian;
+containers.conf; the containers.podman collection; the image localhost/gpustack-molecule, built once).
+The three scenarios run side by side (each has its own container and build directory) to keep the
+whole module to a few minutes; every scenario's output is kept in tests/.build/molecule/logs/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from tests.conftest import BIN, REPO
+
+pytestmark = pytest.mark.ansible
+
+# scenario -> the container its molecule.yml creates
+SCENARIOS = {
+    "preflight": "gpustack-preflight",
+    "install": "gpustack-install",
+    "driver_modes": "gpustack-driver-modes",
+}
+# every action of the scenarios' test_sequence that must run and succeed
+ACTIONS = ("destroy", "create", "prepare", "converge", "idempotence", "check", "verify")
+LOGS = REPO / "tests" / ".build" / "molecule" / "logs"
+TIMEOUT = 1500  # per scenario; a cold machine also installs podman and debootstraps the image first
+
+
+def cannot_run_podman() -> str | None:
+    """Why podman cannot run here at all, or None. Anything else that fails is a failure."""
+    if sys.platform != "linux":
+        return f"the scenarios run podman containers, which need Linux (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return "the scenarios run podman as root (tests/tools/podman_image.sh installs and configures it): not root"
+    if shutil.which("podman") is None and shutil.which("apt-get") is None:
+        return "podman is not installed and there is no apt-get to install it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def molecule_env() -> dict[str, str]:
+    reason = cannot_run_podman()
+    if reason:
+        pytest.skip(reason)
+    if not (BIN / "molecule").exists():
+        pytest.fail(
+            f"molecule is not installed in {BIN.parent}: the dev extra needs "
+            "'molecule>=26.10' and 'molecule-plugins[podman]>=26.10'"
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "GPUSTACK_", "MOLECULE_"))}
+    env["PATH"] = f"{BIN}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    setup = subprocess.run(
+        ["bash", str(REPO / "tests/tools/podman_image.sh")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert setup.returncode == 0, f"tests/tools/podman_image.sh failed:\n{setup.stderr[-4000:]}"
+    exports = dict(re.findall(r"^export (\w+)=(.*)$", setup.stdout, re.MULTILINE))
+    assert "CONTAINERS_CONF" in exports, setup.stdout
+    env.update(exports)
+    env.update(
+        # the project's settings; molecule runs ansible with its own generated ansible.cfg, so the
+        # collection path is also given directly (molecule.yml sets it for the playbooks too)
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        PY_COLORS="0",
+        NO_COLOR="1",
+    )
+    return env
+
+
+def podman_names(env: dict[str, str]) -> set[str]:
+    proc = subprocess.run(
+        ["podman", "ps", "--all", "--format", "{{.Names}}"], env=env, capture_output=True, text=True, check=True
+    )
+    return set(proc.stdout.split())
+
+
+def timestamped(stream: IO[bytes], log: Path, t0: float) -> None:
+    """Copy a scenario's output into its log, each line prefixed with the seconds since its start."""
+    with log.open("w", encoding="utf-8") as out:
+        for raw in stream:
+            out.write(f"{time.monotonic() - t0:6.1f} {raw.decode('utf-8', 'replace')}")
+            out.flush()
+
+
+@pytest.fixture(scope="module")
+def runs(molecule_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, float]]]:
+    """``molecule test -s <scenario>`` for every scenario, side by side: scenario -> (exit status,
+    output, seconds)."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    started: dict[str, tuple[subprocess.Popen[bytes], threading.Thread, float]] = {}
+    for scenario in SCENARIOS:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [str(BIN / "molecule"), "test", "-s", scenario],
+            cwd=REPO,
+            env=molecule_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        copier = threading.Thread(target=timestamped, args=(proc.stdout, LOGS / f"{scenario}.log", t0), daemon=True)
+        copier.start()
+        started[scenario] = (proc, copier, t0)
+    results: dict[str, tuple[int, str, float]] = {}
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(results) < len(started) and time.monotonic() < deadline:
+            for scenario, (proc, copier, t0) in started.items():
+                if scenario not in results and proc.poll() is not None:
+                    copier.join(timeout=30)
+                    log = (LOGS / f"{scenario}.log").read_text(encoding="utf-8", errors="replace")
+                    results[scenario] = (proc.returncode, log, time.monotonic() - t0)
+            time.sleep(0.5)
+        for scenario in set(started) - set(results):
+            results[scenario] = (-1, f"molecule test -s {scenario} did not finish within {TIMEOUT} s", TIMEOUT)
+        (LOGS / "seconds.txt").write_text("".join(f"{s} {r[2]:.0f}\n" for s, r in sorted(results.items())))
+        yield results
+    finally:
+        for proc, _, _ in started.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        # a scenario that died half way must not leave its container behind
+        left = podman_names(molecule_env) & set(SCENARIOS.values())
+        for scenario, container in SCENARIOS.items():
+            if container in left:
+                subprocess.run(
+                    [str(BIN / "molecule"), "destroy", "-s", scenario],
+                    cwd=REPO,
+                    env=molecule_env,
+                    capture_output=True,
+                    timeout=300,
+                    check=False,
+                )
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_scenario(runs: dict[str, tuple[int, str, float]], scenario: str) -> None:
+    rc, output, _ = runs[scenario]
+    tail = output[-6000:]
+    assert rc == 0, f"molecule test -s {scenario} exited {rc} (log: {LOGS / scenario}.log)\n{tail}"
+    for action in ACTIONS:
+        assert f"[{scenario} > {action}] Executed: Successful" in output or (
+            action == "verify" and f"[{scenario} > verify] Verifier completed successfully." in output
+        ), f"{action} did not run successfully\n{tail}"
+    assert re.search(r"Idempotence test failed", output) is None
+    verified = re.search(r"=+ (\d+) passed(?:, (\d+) \w+)* in [\d.]+s", output)
+    assert verified and int(verified.group(1)) > 0, f"no testinfra test passed\n{tail}"
+    assert " failed" not in verified.group(0)
+
+
+def test_no_container_is_left_behind(runs: dict[str, tuple[int, str, float]], molecule_env: dict[str, str]) -> None:
+    assert runs
+    assert not podman_names(molecule_env) & set(SCENARIOS.values())
