@@ -382,8 +382,9 @@ def _text(raw: Sequence[int]) -> str:
 
 
 def die_string(die: DieId) -> str:
-    """The die as the reference prints it: each word in upper-case hex, space separated."""
-    return " ".join(f"{word:X}" for word in die.soc_die)
+    """The die as the reference prints it: each word as 8 upper-case hex digits, space separated
+    (``%08X`` joined by " "), so ids are fixed-width and stable."""
+    return " ".join(f"{word:08X}" for word in die.soc_die)
 
 
 def bus_id(domain: int, bus: int, device: int, function: int) -> str:
