@@ -1,0 +1,106 @@
+"""``gpustack.accelerators.driver_mode`` for real (ad hoc), on a copy of a fixture node whose DCMI
+stand-in persists the container-share flag."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, REPO, copy_host
+
+pytestmark = pytest.mark.ansible
+
+
+def driver_mode(env: dict[str, str], inv: Path, args: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "ansible"), "all", "-i", str(inv), "-m", "gpustack.accelerators.driver_mode", "-a", args, *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def result(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    body = proc.stdout[proc.stdout.index("{") :]
+    return json.loads(body)  # type: ignore[no-any-return]
+
+
+def test_enable_is_idempotent_checked_and_disable_refused_while_pods_hold_slices(
+    ansible_env: dict[str, str], tmp_path: Path
+) -> None:
+    node = copy_host("ascend-910b-8x", tmp_path)
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "npu": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": str(BIN / "python"),
+                            "gpustack_host_root": str(node),
+                        }
+                    }
+                }
+            }
+        )
+    )
+    base = "manufacturer=ascend mode=container-share accelerators=0"
+
+    checked = driver_mode(ansible_env, inv, f"{base} state=enabled", "--check", "--diff")
+    assert checked.returncode == 0, checked.stdout
+    assert result(checked)["changed"] is True
+    assert "share=1" not in (node / "usr/local/Ascend/driver/lib64/driver/libdcmi.so.fixture").read_text()
+
+    first = driver_mode(ansible_env, inv, f"{base} state=enabled")
+    assert first.returncode == 0, first.stdout
+    (change,) = result(first)["changes"]  # type: ignore[misc]
+    assert (
+        change["before"] is False
+        and change["after"] is True
+        and "npu-smi set -t device-share" in change["undo_command"]
+    )
+    again = driver_mode(ansible_env, inv, f"{base} state=enabled")
+    assert result(again)["changed"] is False
+
+    pods = node / "var/lib/gpustack/operator/pods/6f1c2a9e-0000-4000-8000-000000000001"
+    pods.mkdir(parents=True)
+    (pods / "allocation.json").write_text(
+        json.dumps(
+            {"pod": "team-a/llm-0", "manufacturer": "ascend", "mode": "sliced", "accelerators": [change["accelerator"]]}
+        )
+    )
+    refused = driver_mode(ansible_env, inv, f"{base} state=disabled")
+    assert refused.returncode != 0
+    assert "pods hold slices there: team-a/llm-0" in refused.stdout
+    forced = driver_mode(ansible_env, inv, f"{base} state=disabled force=true")
+    assert forced.returncode == 0, forced.stdout
+    assert result(forced)["changed"] is True
+
+
+def test_unknown_mode_is_a_clear_failure(ansible_env: dict[str, str], tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "gpu": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": str(BIN / "python"),
+                            "gpustack_host_root": str(REPO / "tests/fixtures/hosts/h100-sxm-8x"),
+                        }
+                    }
+                }
+            }
+        )
+    )
+    proc = driver_mode(ansible_env, inv, "manufacturer=nvidia mode=smlu")
+    assert proc.returncode != 0
+    assert "nvidia has no driver mode 'smlu' (its modes: mig)" in proc.stdout
