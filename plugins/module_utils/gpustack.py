@@ -26,7 +26,7 @@ MANUFACTURERS = ["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mt
 
 COMMON_ARGS = dict(
     host_root=dict(type="path"),
-    manufacturers=dict(type="list", elements="str"),
+    manufacturers=dict(type="list", elements="str", choices=MANUFACTURERS),
 )
 
 

@@ -103,11 +103,6 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack imp
 
 def main():
     argument_spec = dict(COMMON_ARGS)
-    argument_spec["manufacturers"] = dict(
-        type="list",
-        elements="str",
-        choices=["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead"],
-    )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_gpustack(module)
     req = make_request(module)

@@ -117,11 +117,6 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack imp
 
 def main():
     argument_spec = dict(COMMON_ARGS)
-    argument_spec["manufacturers"] = dict(
-        type="list",
-        elements="str",
-        choices=["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead"],
-    )
     argument_spec["dry_run"] = dict(type="bool", default=False)
     argument_spec["fail_on"] = dict(type="str", choices=["unavailable", "never"], default="unavailable")
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
