@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery.detect import detect_node, monitor_node, resolve_manufacturers
+from gpustack_operator.discovery.detect import monitor_node, resolve_manufacturers
 from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Measured, ModeError, ModeState, Unmeasured
@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, copy_host, host
+from tests.stubs.keyvalue import detect_one, edit_kv_fixture
 
 LIB = "usr/local/neuware/lib64/libcndev.so"
 FIXTURE = LIB + ".fixture"
@@ -27,13 +28,7 @@ BUSES = ["0000:18:00.0", "0000:19:00.0", "0000:40:00.0", "0000:41:00.0"]
 
 
 def edit_fixture(root: Path, **values: object) -> None:
-    """Set ``key=value`` lines in the stand-in's data file (``device_3_uuid_error`` → ``device.3.uuid_error``)."""
-    path = root / FIXTURE
-    lines = path.read_text().splitlines()
-    for raw, value in values.items():
-        key = re.sub(r"^device_(\d+)_", r"device.\1.", raw)
-        lines = [ln for ln in lines if not ln.startswith(key + "=")] + [f"{key}={value}"]
-    path.write_text("\n".join(lines) + "\n")
+    edit_kv_fixture(root / FIXTURE, **values)
 
 
 def fixture_value(root: Path, key: str) -> str:
@@ -44,7 +39,7 @@ def fixture_value(root: Path, key: str) -> str:
 
 
 def detect(root: Path) -> Detected | Unmeasured:
-    return detect_node(HostRoot(root), resolve_manufacturers(["cambricon"]), load_settings()).outcomes["cambricon"]
+    return detect_one(root, "cambricon")
 
 
 def context(root: Path) -> DetectContext:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery.detect import detect_node, monitor_node, resolve_manufacturers
+from gpustack_operator.discovery.detect import monitor_node, resolve_manufacturers
 from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Measured, ModeError, Unmeasured
@@ -19,22 +19,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import copy_host, host
+from tests.stubs.keyvalue import detect_one, edit_kv_fixture
 
 LIB = "opt/maca/lib/libmxsml.so"
 BUSES = ["0000:0e:00.0", "0000:0f:00.0", "0000:10:00.0", "0000:12:00.0", "0000:35:00.0"]
 
 
 def edit_fixture(root: Path, **values: object) -> None:
-    path = root / (LIB + ".fixture")
-    lines = path.read_text().splitlines()
-    for raw, value in values.items():
-        key = re.sub(r"^device_(\d+)_", r"device.\1.", raw)
-        lines = [ln for ln in lines if not ln.startswith(key + "=")] + [f"{key}={value}"]
-    path.write_text("\n".join(lines) + "\n")
+    edit_kv_fixture(root / (LIB + ".fixture"), **values)
 
 
 def detect(root: Path) -> Detected | Unmeasured:
-    return detect_node(HostRoot(root), resolve_manufacturers(["metax"]), load_settings()).outcomes["metax"]
+    return detect_one(root, "metax")
 
 
 def context(root: Path) -> DetectContext:

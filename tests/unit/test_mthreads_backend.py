@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpustack_operator.discovery.detect import detect_node, monitor_node, resolve_manufacturers
+from gpustack_operator.discovery.detect import monitor_node, resolve_manufacturers
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import Detected, Measured, Unmeasured
 from gpustack_operator.manufacturers.groups import normalize_bus_id
@@ -15,21 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import copy_host, host
+from tests.stubs.keyvalue import detect_one, edit_kv_fixture
 
 LIB = "usr/lib/x86_64-linux-gnu/libmtml.so"
 
 
 def edit_fixture(root: Path, **values: object) -> None:
-    path = root / (LIB + ".fixture")
-    lines = path.read_text().splitlines()
-    for raw, value in values.items():
-        key = re.sub(r"^device_(\d+)_", r"device.\1.", raw)
-        lines = [ln for ln in lines if not ln.startswith(key + "=")] + [f"{key}={value}"]
-    path.write_text("\n".join(lines) + "\n")
+    edit_kv_fixture(root / (LIB + ".fixture"), **values)
 
 
 def detect(root: Path) -> Detected | Unmeasured:
-    return detect_node(HostRoot(root), resolve_manufacturers(["mthreads"]), load_settings()).outcomes["mthreads"]
+    return detect_one(root, "mthreads")
 
 
 @given(st.integers(0, 0xFFFFFFFF), st.integers(0, 255), st.integers(0, 31), st.integers(0, 7))

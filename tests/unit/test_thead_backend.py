@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpustack_operator.discovery.detect import detect_node, monitor_node, resolve_manufacturers
+from gpustack_operator.discovery.detect import monitor_node, resolve_manufacturers
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import Detected, Measured, Unmeasured
 from gpustack_operator.manufacturers.thead.detect import profile_name
@@ -16,21 +16,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import copy_host, host
+from tests.stubs.keyvalue import detect_one, edit_kv_fixture
 
 LIB = "usr/local/PPU_SDK/lib/libhgml.so"
 
 
 def edit_fixture(root: Path, **values: object) -> None:
-    path = root / (LIB + ".fixture")
-    lines = path.read_text().splitlines()
-    for raw, value in values.items():
-        key = re.sub(r"^device_(\d+)_", r"device.\1.", raw)
-        lines = [ln for ln in lines if not ln.startswith(key + "=")] + [f"{key}={value}"]
-    path.write_text("\n".join(lines) + "\n")
+    edit_kv_fixture(root / (LIB + ".fixture"), **values)
 
 
 def detect(root: Path) -> Detected | Unmeasured:
-    return detect_node(HostRoot(root), resolve_manufacturers(["thead"]), load_settings()).outcomes["thead"]
+    return detect_one(root, "thead")
 
 
 @given(st.integers(1, 64), st.integers(1, 512), st.sampled_from(["MIG ", ""]))
