@@ -2,9 +2,14 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """Shared glue for the gpustack.accelerators modules: importing the package, common options."""
 
+import os
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
+
+# The module is its own process: skip pydantic's plugin discovery (a scan of every installed
+# distribution's entry points, 50-120 ms of each task next to Ansible) unless the host asked for it.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 try:
     from gpustack_operator import api as gpustack_api

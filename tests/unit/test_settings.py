@@ -102,3 +102,21 @@ def test_class_prefix_parser_accepts_or_explains(raw: str) -> None:
         assert "GPUSTACK_PCI_CLASS_PREFIXES" in str(exc)
     else:
         assert out and all(p and len(p) <= 6 for p in out)
+
+
+def test_environment_names_are_exact_upper_case() -> None:
+    """Only ``GPUSTACK_<FIELD>`` as the spec writes it is read; unrelated and lower-case names are not."""
+    env = {
+        "GPUSTACK_PCI_CLASS_PREFIXES": "12",
+        "gpustack_data_dir": "/lower",
+        "GPUSTACK_DATA_DIR_EXTRA": "/x",
+        "OTHER_DATA_DIR": "/y",
+    }
+    s = load_settings(env)
+    assert s.class_prefixes == ("12",)
+    assert s.data_dir == "/var/lib/gpustack"
+
+
+def test_load_settings_reports_every_bad_value() -> None:
+    with pytest.raises(SettingsError, match=r"GPUSTACK_PCI_CLASS_PREFIXES.*'0x0g'"):
+        load_settings({"GPUSTACK_PCI_CLASS_PREFIXES": "0x0g"})

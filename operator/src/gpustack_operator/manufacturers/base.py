@@ -7,6 +7,7 @@ module holds only what is common. Adding a manufacturer means one folder plus on
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -243,20 +244,68 @@ class HostCli:
 
 
 @dataclass(frozen=True)
-class Manufacturer:
-    identity: Identity
+class Backend:
+    """What a manufacturer reads the node with: its detector, usage monitor and driver modes."""
+
     detect: Detector
     monitor: Monitor | None = None
     modes: Mapping[str, ModeDriver] = field(default_factory=dict)
+
+
+def bus_shows_none(ctx: DetectContext) -> bool:
+    """The PCI check every detector starts with, settled without the backend: the check is on, the
+    scan can vouch for this vendor, and the bus holds none of its accelerators.
+
+    All nine detectors answer such a node ``Detected([])`` without loading a library; answering it
+    here means their code (and bindings such as pynvml) is not even imported on a node that cannot
+    use it -- most of what a detect pass costs on a node with one manufacturer or none.
+    """
+    if ctx.no_pci_check or ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor):
+        return False
+    classes = ctx.settings.class_prefixes
+    return not any(ctx.manufacturer.matches(d, classes) for d in ctx.pci.devices)
+
+
+@dataclass(frozen=True)
+class Manufacturer:
+    """A registry entry: who the manufacturer is, and where its backend lives.
+
+    ``backend`` names a module exporting ``BACKEND`` (:class:`Backend`); it is imported on first use,
+    so importing the registry costs nine identities, not nine driver stacks.
+    """
+
+    identity: Identity
+    backend: str
     host_cli: HostCli | None = None
 
     @property
     def name(self) -> str:
         return self.identity.name
 
+    def loaded(self) -> Backend:
+        """The backend (imported once; later calls are a dict lookup)."""
+        backend = getattr(importlib.import_module(self.backend), "BACKEND", None)
+        if not isinstance(backend, Backend):
+            raise TypeError(f"{self.backend} does not export BACKEND as a Backend")
+        return backend
+
+    def detect(self, ctx: DetectContext) -> DetectOutcome:
+        if bus_shows_none(ctx):
+            return Detected([])
+        return self.loaded().detect(ctx)
+
+    @property
+    def monitor(self) -> Monitor | None:
+        return self.loaded().monitor
+
+    @property
+    def modes(self) -> Mapping[str, ModeDriver]:
+        return self.loaded().modes
+
 
 __all__ = [
     "AcceleratorMetrics",
+    "Backend",
     "DetectContext",
     "DetectOutcome",
     "Detected",

@@ -5,16 +5,9 @@
 ``detect.py`` (detector and monitor), ``modes.py`` (container-share), ``hostcli.py`` (npu-smi).
 """
 
-from gpustack_operator.manufacturers.ascend import detect as _detect
 from gpustack_operator.manufacturers.ascend.hostcli import HOST_CLI
 from gpustack_operator.manufacturers.ascend.identity import IDENTITY
-from gpustack_operator.manufacturers.ascend.modes import CONTAINER_SHARE, MODE
 from gpustack_operator.manufacturers.base import Manufacturer
 
-MANUFACTURER = Manufacturer(
-    identity=IDENTITY,
-    detect=_detect.detect,
-    monitor=_detect.monitor,
-    modes={MODE: CONTAINER_SHARE},
-    host_cli=HOST_CLI,
-)
+# detection, monitor and modes live in .backend, imported on first use (base.Manufacturer)
+MANUFACTURER = Manufacturer(identity=IDENTITY, backend=f"{__name__}.backend", host_cli=HOST_CLI)

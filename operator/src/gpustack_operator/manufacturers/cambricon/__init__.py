@@ -5,8 +5,7 @@ Detection and the usage monitor read CNDev (``detect.py`` over the ctypes bindin
 """
 
 from gpustack_operator.manufacturers.base import Manufacturer
-from gpustack_operator.manufacturers.cambricon.detect import detect, monitor
 from gpustack_operator.manufacturers.cambricon.identity import IDENTITY
-from gpustack_operator.manufacturers.cambricon.modes import SMLU
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect, monitor=monitor, modes={SMLU.mode: SMLU})
+# detection, monitor and modes live in .backend, imported on first use (base.Manufacturer)
+MANUFACTURER = Manufacturer(identity=IDENTITY, backend=f"{__name__}.backend")

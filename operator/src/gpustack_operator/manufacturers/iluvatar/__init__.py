@@ -4,7 +4,7 @@ Detection and the usage monitor read IXML (``detect.py`` over the ctypes binding
 """
 
 from gpustack_operator.manufacturers.base import Manufacturer
-from gpustack_operator.manufacturers.iluvatar.detect import detect, monitor
 from gpustack_operator.manufacturers.iluvatar.identity import IDENTITY
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect, monitor=monitor)
+# detection, monitor and modes live in .backend, imported on first use (base.Manufacturer)
+MANUFACTURER = Manufacturer(identity=IDENTITY, backend=f"{__name__}.backend")

@@ -5,8 +5,7 @@ read-only ``sgpu`` driver mode reads the sGPU sysfs registry (``modes.py``).
 """
 
 from gpustack_operator.manufacturers.base import Manufacturer
-from gpustack_operator.manufacturers.metax.detect import detect, monitor
 from gpustack_operator.manufacturers.metax.identity import IDENTITY
-from gpustack_operator.manufacturers.metax.modes import SGPU
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect, monitor=monitor, modes={SGPU.mode: SGPU})
+# detection, monitor and modes live in .backend, imported on first use (base.Manufacturer)
+MANUFACTURER = Manufacturer(identity=IDENTITY, backend=f"{__name__}.backend")

@@ -5,16 +5,8 @@
 """
 
 from gpustack_operator.manufacturers.base import Manufacturer
-from gpustack_operator.manufacturers.nvidia.detect import detect
 from gpustack_operator.manufacturers.nvidia.hostcli import HOST_CLI
 from gpustack_operator.manufacturers.nvidia.identity import IDENTITY
-from gpustack_operator.manufacturers.nvidia.modes import MIG_MODE
-from gpustack_operator.manufacturers.nvidia.monitor import monitor
 
-MANUFACTURER = Manufacturer(
-    identity=IDENTITY,
-    detect=detect,
-    monitor=monitor,
-    modes={MIG_MODE.mode: MIG_MODE},
-    host_cli=HOST_CLI,
-)
+# detection, monitor and modes live in .backend, imported on first use (base.Manufacturer)
+MANUFACTURER = Manufacturer(identity=IDENTITY, backend=f"{__name__}.backend", host_cli=HOST_CLI)

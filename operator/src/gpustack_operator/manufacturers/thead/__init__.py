@@ -5,7 +5,7 @@ the ctypes binding ``hgml.py``).
 """
 
 from gpustack_operator.manufacturers.base import Manufacturer
-from gpustack_operator.manufacturers.thead.detect import detect, monitor
 from gpustack_operator.manufacturers.thead.identity import IDENTITY
 
-MANUFACTURER = Manufacturer(identity=IDENTITY, detect=detect, monitor=monitor)
+# detection, monitor and modes live in .backend, imported on first use (base.Manufacturer)
+MANUFACTURER = Manufacturer(identity=IDENTITY, backend=f"{__name__}.backend")

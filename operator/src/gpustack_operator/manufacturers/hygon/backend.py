@@ -1,0 +1,6 @@
+"""Hygon: what the node is read with (imported only when a pass needs this manufacturer)."""
+
+from gpustack_operator.manufacturers.base import Backend
+from gpustack_operator.manufacturers.hygon.detect import detect, monitor
+
+BACKEND = Backend(detect=detect, monitor=monitor)

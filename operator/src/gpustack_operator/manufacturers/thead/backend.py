@@ -1,0 +1,6 @@
+"""T-Head: what the node is read with (imported only when a pass needs this manufacturer)."""
+
+from gpustack_operator.manufacturers.base import Backend
+from gpustack_operator.manufacturers.thead.detect import detect, monitor
+
+BACKEND = Backend(detect=detect, monitor=monitor)
