@@ -18,9 +18,10 @@ description:
     NVIDIA C(mig), MetaX C(sgpu) (read only).
   - Idempotent - an accelerator already in the asked state is not written. Check mode predicts the
     change without writing. Diff mode shows before/after per accelerator.
-  - Refuses to disable a mode while the allocator's per-pod records
-    (C(/var/lib/gpustack/operator/pods)) show slices held on the accelerators, naming the pods,
-    unless O(force=true).
+  - Refuses to turn a mode off on an accelerator where it is on while the allocator's per-pod
+    records (C(/var/lib/gpustack/operator/pods)) show slices held there, naming the pods, unless
+    O(force=true); a record that cannot be read counts as held. The rule is the package's own, so
+    C(gpustack-operator dm mode --disable) enforces it too (C(--force)).
   - A failed write reports the vendor's words and the command a person would run.
 requirements:
   - the C(gpustack-operator) Python package on the target
@@ -106,6 +107,15 @@ changes:
   returned: when state is enabled or disabled
   type: list
   elements: dict
+holders:
+  description: The pods whose records hold slices where the mode would have been turned off (the
+    task then fails unless O(force=true)); C(problem) is set for a record that could not be read.
+  returned: when disabling was refused
+  type: list
+  elements: dict
+  sample:
+    - {uid: 6f1c2a9e-0000-4000-8000-000000000001, pod: team-a/llm-0, manufacturer: ascend,
+       mode: sliced, accelerators: [NPU-0]}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -130,10 +140,9 @@ def main():
         supports_check_mode=True,
     )
     require_gpustack(module)
-    from gpustack_operator.host import HostRoot, HostRootError
-    from gpustack_operator.ledger.podrecords import holders
+    from gpustack_operator.host import HostRootError
     from gpustack_operator.manufacturers.base import ModeError
-    from gpustack_operator.manufacturers.modes import ModeUsageError
+    from gpustack_operator.manufacturers.modes import ModeUsageError, SlicesHeldError
 
     p = module.params
     req = make_request(module, [p["manufacturer"]])
@@ -145,18 +154,17 @@ def main():
             module.exit_json(changed=False, modes=modes)
         wanted = state == "enabled"
         selected = gpustack_api.select_modes(states, p["accelerators"])
-        ids = set(s.accelerator for s in selected)
-        if not wanted and not p["force"]:
-            held = holders(HostRoot(req.host_root), manufacturer, ids)
-            if held:
-                module.fail_json(
-                    msg="refusing to disable %s on %s: pods hold slices there: %s (force=true strands them)"
-                    % (mode, ", ".join(sorted(ids)), "; ".join(r.label() for r in held)),
-                    modes=modes,
-                )
         changes = gpustack_api.set_mode(
-            req, manufacturer, mode, [s.accelerator for s in selected], wanted, dry_run=module.check_mode
+            req,
+            manufacturer,
+            mode,
+            [s.accelerator for s in selected],
+            wanted,
+            dry_run=module.check_mode,
+            force=p["force"],
         )
+    except SlicesHeldError as exc:
+        module.fail_json(msg=str(exc), modes=modes, holders=[r.model_dump(exclude_none=True) for r in exc.held])
     except ModeUsageError as exc:
         module.fail_json(msg=str(exc))
     except (ModeError, HostRootError) as exc:

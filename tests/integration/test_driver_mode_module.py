@@ -79,6 +79,7 @@ def test_enable_is_idempotent_checked_and_disable_refused_while_pods_hold_slices
     refused = driver_mode(ansible_env, inv, f"{base} state=disabled")
     assert refused.returncode != 0
     assert "pods hold slices there: team-a/llm-0" in refused.stdout
+    assert "--force / force: true" in refused.stdout  # the remedy
     forced = driver_mode(ansible_env, inv, f"{base} state=disabled force=true")
     assert forced.returncode == 0, forced.stdout
     assert result(forced)["changed"] is True

@@ -123,9 +123,17 @@ def select_modes(states: list[ModeState], accelerator: str | list[str]) -> list[
 
 
 def set_mode(
-    req: Request, manufacturer: str, mode: str, accelerator: str | list[str], enabled: bool, *, dry_run: bool = False
+    req: Request,
+    manufacturer: str,
+    mode: str,
+    accelerator: str | list[str],
+    enabled: bool,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
 ) -> list[ModeChange]:
-    """Converge the mode on ``accelerator`` (``all``, an index or an id); idempotent."""
+    """Converge the mode on ``accelerator`` (``all``, an index or an id); idempotent. Turning a mode
+    off under pods that hold slices raises ``SlicesHeldError`` unless ``force``."""
     driver = driver_for(manufacturer, mode)
     ctx, groups = _mode_context(req, manufacturer)
-    return converge(ctx, driver, groups, accelerator, enabled, dry_run=dry_run)
+    return converge(ctx, driver, groups, accelerator, enabled, dry_run=dry_run, force=force)

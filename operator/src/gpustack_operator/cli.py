@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     toggle.add_argument("--disable", action="store_true", help="turn the mode off")
     mode.add_argument("--accelerator", default="all", help="all (default), a driver index, or an id")
     mode.add_argument("--dry-run", action="store_true", help="print the change without making it")
+    mode.add_argument(
+        "--force",
+        action="store_true",
+        help="turn a mode off even where pods hold slices (their slices are stranded)",
+    )
     mode.add_argument("--host-root", metavar="PATH", help="where the node's / is mounted")
     mode.add_argument("-v", "--verbose", action="count", default=0)
 
@@ -117,7 +122,13 @@ def _mode(req: api.Request, args: argparse.Namespace) -> int:
     try:
         if args.enable or args.disable:
             changes = api.set_mode(
-                req, manufacturer, args.mode, args.accelerator, bool(args.enable), dry_run=args.dry_run
+                req,
+                manufacturer,
+                args.mode,
+                args.accelerator,
+                bool(args.enable),
+                dry_run=args.dry_run,
+                force=args.force,
             )
             _emit({"changes": [c.model_dump(exclude_none=True) for c in changes]}, "yaml")
         else:

@@ -10,12 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.ledger.podrecords import PODS_DIR, PodRecord, holders
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import DetectContext, ModeChange, ModeDriver, ModeError, ModeState
 
 
 class ModeUsageError(ValueError):
     """The request names a mode or accelerator that does not exist here."""
+
+
+class SlicesHeldError(ModeError):
+    """Turning a mode off would pull slicing from under pods the allocator recorded as holding slices
+    there (``/var/lib/gpustack/operator/pods``); ``force`` overrides."""
+
+    def __init__(self, mode: str, accelerators: list[str], held: list[PodRecord]) -> None:
+        super().__init__(
+            ", ".join(accelerators),
+            mode,
+            f"refusing to turn it off: pods hold slices there: {'; '.join(r.label() for r in held)}",
+            remedy=f"delete or drain those pods first (their records are under {PODS_DIR}), "
+            "or force it (--force / force: true), which strands their slices",
+        )
+        self.held = held
 
 
 def driver_for(manufacturer: str, mode: str) -> ModeDriver:
@@ -59,12 +75,15 @@ def converge(
     enabled: bool,
     *,
     dry_run: bool = False,
+    force: bool = False,
 ) -> list[ModeChange]:
     """Bring the selected accelerators to ``enabled``; report before/after for each.
 
     An accelerator already there is reported ``changed=False`` and not written. An accelerator whose
-    generation declares no such mode is refused (nothing to set). In dry run nothing is written and
-    the predicted change is returned.
+    generation declares no such mode is refused (nothing to set). Turning a mode off where the
+    allocator's per-pod records show slices held is refused naming the pods (:class:`SlicesHeldError`,
+    also in dry run: the prediction is the refusal) unless ``force``; an unreadable record counts as
+    held. In dry run nothing is written and the predicted change is returned.
     """
     states = select(driver.read(ctx, groups), accelerator)
     undeclared = [s for s in states if not s.declared]
@@ -73,6 +92,11 @@ def converge(
         raise ModeError(first.accelerator, driver.mode, first.detail or "this accelerator declares no such mode")
     if not driver.writable:
         raise ModeError(states[0].accelerator if states else "all", driver.mode, "this mode is read-only")
+    if not enabled and not force:
+        turning_off = [s.accelerator for s in states if ModePlan(s, enabled).needed]
+        held = holders(ctx.host, ctx.manufacturer.name, set(turning_off)) if turning_off else []
+        if held:
+            raise SlicesHeldError(driver.mode, turning_off, held)
     changes: list[ModeChange] = []
     for state in states:
         plan = ModePlan(state, enabled)
