@@ -14,8 +14,12 @@ description:
   - The facts carry the CPU identity, the general (CPU) node key, the labels the node would carry
     (Node Feature Discovery's prediction with the Device Manager's accelerator labels on top) and
     the Devices spec groups, exactly as C(gpustack-operator device-manager detect) prints them.
+  - Two views made for playbooks come with it - C(manufacturers), one entry per manufacturer asked
+    about with its C(state) (V(detected), V(none) or V(unmeasured) with the C(reason)), accelerator
+    count and group ids; and C(accelerators), one flat entry per accelerator.
   - A manufacturer whose detection could not measure is named in
-    C(gpustack_accelerators.node.unmeasured); it is never reported as having no accelerators.
+    C(gpustack_accelerators.node.unmeasured) and is C(unmeasured) in C(manufacturers); it is never
+    reported as having no accelerators.
 requirements:
   - the C(gpustack-operator) Python package on the target (the C(install) role puts it there)
 options:
@@ -27,11 +31,14 @@ options:
     type: path
   manufacturers:
     description:
-      - Manufacturers to detect; defaults to the host's C(gpustack_manufacturers) inventory
-        variable when set, else all nine.
+      - Which manufacturers to detect, C(gather_subset)-style - a name adds it, C(!name) removes it,
+        C(all) adds all nine. Only exclusions (V(['!thead'])) start from all nine; any addition
+        starts from none. A selection that leaves nothing is refused.
+      - Defaults to the host's C(gpustack_manufacturers) inventory variable when set, else all nine.
+      - Names - C(amd), C(ascend), C(cambricon), C(hygon), C(iluvatar), C(metax), C(mthreads),
+        C(nvidia), C(thead).
     type: list
     elements: str
-    choices: [amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead]
 attributes:
   check_mode:
     support: full
@@ -59,9 +66,22 @@ EXAMPLES = r"""
     host_root: /host
     manufacturers: [nvidia, amd]
 
+- name: Everything but T-Head and Cambricon (gather_subset-style exclusion)
+  gpustack.accelerators.accelerator_facts:
+    manufacturers: ["!thead", "!cambricon"]
+
 - name: Show the node key
   ansible.builtin.debug:
     msg: "{{ gpustack_accelerators.node.generalNodeKey }}"
+
+- name: Fail a node whose NVIDIA detection could not measure (never read as "no GPUs")
+  ansible.builtin.assert:
+    that: gpustack_accelerators.manufacturers.nvidia.state != 'unmeasured'
+    fail_msg: "{{ gpustack_accelerators.manufacturers.nvidia.reason | default('') }}"
+
+- name: The accelerators on NUMA node 0
+  ansible.builtin.debug:
+    msg: "{{ gpustack_accelerators.accelerators | selectattr('numa', 'equalto', '0') | map(attribute='id') }}"
 """
 
 RETURN = r"""
@@ -90,11 +110,34 @@ ansible_facts:
           type: list
           elements: dict
           returned: always
+        interfaces:
+          description: >-
+            The network inventory (Devices spec interfaces) - name, PCI coordinates, NUMA, MTU,
+            SR-IOV VFs under their PF, RDMA devices with a link verdict. Absent when the inventory
+            could not be taken (node.interfacesError says why).
+          type: list
+          elements: dict
+          returned: when the inventory was taken
+        manufacturers:
+          description: >-
+            Per manufacturer asked about - state (detected, none, unmeasured), accelerators (count),
+            groups (ids), reason (when unmeasured).
+          type: dict
+          returned: always
+          sample:
+            nvidia: {state: detected, accelerators: 8, groups: [h100-80gb-hbm3]}
+            amd: {state: none, accelerators: 0, groups: []}
+        accelerators:
+          description: >-
+            One entry per accelerator - id, manufacturer, group, name, index, memory (MiB), pciBusId,
+            numa, logicalSlices.
+          type: list
+          elements: dict
+          returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack import (
-    COMMON_ARGS,
     gpustack_api,
     make_request,
     require_gpustack,
@@ -102,14 +145,24 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack imp
 
 
 def main():
-    argument_spec = dict(COMMON_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(
+            host_root=dict(type="path"),
+            manufacturers=dict(type="list", elements="str"),
+        ),
+        supports_check_mode=True,
+    )
     require_gpustack(module)
-    req = make_request(module)
     from gpustack_operator.host import HostRootError
+    from gpustack_operator.manufacturers import UnknownManufacturerError, select_subset
 
     try:
-        doc = gpustack_api.detect(req)
+        names = select_subset(module.params["manufacturers"])
+    except UnknownManufacturerError as exc:
+        module.fail_json(msg=str(exc))
+    req = make_request(module, names)
+    try:
+        doc = gpustack_api.facts(req)
     except HostRootError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, ansible_facts={"gpustack_accelerators": doc})

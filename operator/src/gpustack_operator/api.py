@@ -9,6 +9,7 @@ from gpustack_operator.discovery.detect import (
     NodeDetection,
     detect_document,
     detect_node,
+    facts_document,
     monitor_document,
     monitor_node,
     resolve_manufacturers,
@@ -79,6 +80,11 @@ def run_detect(req: Request) -> NodeDetection:
 def detect(req: Request) -> dict[str, object]:
     """The ``device-manager detect`` document."""
     return detect_document(run_detect(req))
+
+
+def facts(req: Request) -> dict[str, object]:
+    """The ``accelerator_facts`` document (:func:`facts_document`). Raises ``HostRootError``."""
+    return facts_document(run_detect(req))
 
 
 def run_preflight(req: Request, dry_run: bool = False) -> Report:

@@ -186,3 +186,46 @@ def detect_document(result: NodeDetection) -> dict[str, object]:
     elif result.interfaces is not None:
         node["interfacesError"] = result.interfaces.reason
     return doc
+
+
+def facts_document(result: NodeDetection) -> dict[str, object]:
+    """The ``accelerator_facts`` facts: the detect document plus two views made for playbooks.
+
+    ``manufacturers`` has one entry per manufacturer asked about -- ``state`` ``detected`` (with its
+    accelerator count and group ids), ``none`` (measured, nothing here) or ``unmeasured`` (with the
+    reason) -- so ``when: gpustack_accelerators.manufacturers.nvidia.accelerators > 0`` never confuses
+    "none" with "could not tell". ``accelerators`` is one flat entry per accelerator across groups
+    (id, manufacturer, group, name, index, memory MiB, PCI bus id, NUMA node, logical slices).
+    """
+    doc = detect_document(result)
+    manufacturers: dict[str, dict[str, object]] = {}
+    accelerators: list[dict[str, object]] = []
+    for name, outcome in sorted(result.outcomes.items()):
+        if isinstance(outcome, Unmeasured):
+            manufacturers[name] = {"state": "unmeasured", "accelerators": 0, "groups": [], "reason": outcome.reason}
+            continue
+        count = sum(len(g.accelerators) for g in outcome.groups)
+        manufacturers[name] = {
+            "state": "detected" if count else "none",
+            "accelerators": count,
+            "groups": [g.id for g in outcome.groups if g.accelerators],
+        }
+        for group in outcome.groups:
+            for acc in group.accelerators:
+                sliced = acc.status.logical_sliced
+                accelerators.append(
+                    {
+                        "id": acc.id,
+                        "manufacturer": name,
+                        "group": group.id,
+                        "name": group.name,
+                        "index": acc.index,
+                        "memory": group.memory,
+                        "pciBusId": acc.topology.pci_bus_id,
+                        "numa": acc.topology.numa_affinity,
+                        "logicalSlices": sliced.count if sliced is not None else 0,
+                    }
+                )
+    doc["manufacturers"] = manufacturers
+    doc["accelerators"] = accelerators
+    return doc

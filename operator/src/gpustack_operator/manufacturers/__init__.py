@@ -47,3 +47,33 @@ def parse_manufacturers(values: list[str] | None) -> list[str]:
     if not chosen:
         raise UnknownManufacturerError(f"no manufacturer named; choose from {', '.join(NAMES)}")
     return sorted(chosen)
+
+
+def select_subset(values: list[str] | None) -> list[str]:
+    """``gather_subset``-style selection: names add, ``!name`` removes, ``all`` adds all nine.
+
+    Only exclusions (``['!thead']``) start from all nine; any addition starts from none. Nothing
+    left after the exclusions is refused (an empty pass would read as "no accelerators"). Names are
+    normalised as in :func:`parse_manufacturers`; unknown ones are refused naming the choices.
+    """
+    if not values:
+        return list(NAMES)
+    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    adds = [i for i in items if not i.startswith("!")]
+    chosen: set[str] = set() if adds else set(NAMES)
+    for item in items:
+        exclude = item.startswith("!")
+        name = item[1:].strip() if exclude else item
+        if name.lower() == "all":
+            names = set(NAMES)
+        else:
+            try:
+                names = set(parse_manufacturers([name]))
+            except UnknownManufacturerError:
+                raise UnknownManufacturerError(
+                    f"unknown manufacturer {item!r}; choose from all, {', '.join(NAMES)} (prefix ! to exclude)"
+                ) from None
+        chosen = chosen - names if exclude else chosen | names
+    if not chosen:
+        raise UnknownManufacturerError(f"{', '.join(items)} leaves no manufacturer to detect")
+    return sorted(chosen)
