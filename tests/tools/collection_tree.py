@@ -50,6 +50,9 @@ def build(base: Path) -> Path:
     if units.is_dir():
         shutil.rmtree(tree / "tests" / "unit", ignore_errors=True)
         shutil.copytree(units, tree / "tests" / "unit", ignore=shutil.ignore_patterns("__pycache__"))
+        # ansible-test passes no environment of ours to pytest: the unit tests find the package source
+        # and the fixture nodes through this file (see tests/ansible_units/conftest.py)
+        (tree / "tests" / "unit" / "source_repo.txt").write_text(f"{REPO}\n", encoding="utf-8")
     return tree
 
 

@@ -1,0 +1,104 @@
+"""fleet_report: what the preflight module registered per host, written as YAML, HTML and JUnit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from xml.etree import ElementTree
+
+import yaml
+from ansible_collections.gpustack.accelerators.plugins.modules import fleet_report, preflight
+from ansible_collections.gpustack.accelerators.tests.unit.plugins.modules.utils import exit_result, fail_result
+
+
+def registered(root: Path, manufacturers: list[str]) -> dict[str, Any]:
+    """What ``register:`` keeps of a preflight task on that node (failed or not)."""
+    args = {"host_root": str(root), "manufacturers": manufacturers, "fail_on": "never"}
+    result = exit_result(preflight.main, args)
+    if result["failures"]:
+        result.update(failed=True, msg="preflight: " + "; ".join(result["failures"]))
+    return result
+
+
+def test_a_fleet_of_real_preflight_results_is_written_and_counted(
+    fixture_host: Callable[[str], Path], tmp_path: Path
+) -> None:
+    hosts = ["gpu-node", "vm", "broken-bus", "never-reached", "no-package"]
+    results = [
+        registered(fixture_host("mi300x-8x"), ["amd", "nvidia"]),
+        registered(fixture_host("cpu-only-vm"), ["amd", "nvidia"]),
+        registered(fixture_host("unreadable-sysfs"), ["amd", "nvidia"]),
+        None,
+        {"failed": True, "msg": "Failed to import the required Python library (gpustack-operator)"},
+    ]
+    dest = tmp_path / "reports" / "fleet"
+    result = exit_result(fleet_report.main, {"hosts": hosts, "results": results, "dest": str(dest)})
+
+    assert result["changed"] is True
+    assert result["summary"] == {"hosts": 5, "ok": 2, "unavailable": 1, "unreachable": 1, "failed": 1}
+    assert result["summary_line"] == "fleet preflight: 5 hosts, 2 ok, 1 unavailable, 1 unreachable, 1 failed"
+    assert sorted(result["paths"]) == ["html", "junit", "yaml"]
+    for path in result["paths"].values():
+        assert Path(path).parent == dest and Path(path).is_file()
+
+    doc = yaml.safe_load(Path(result["paths"]["yaml"]).read_text(encoding="utf-8"))
+    assert {host: entry["status"] for host, entry in doc["hosts"].items()} == {
+        "broken-bus": "unavailable",
+        "gpu-node": "ok",
+        "never-reached": "unreachable",
+        "no-package": "failed",
+        "vm": "ok",
+    }
+    amd = doc["hosts"]["gpu-node"]["report"]["accelerators"][0]
+    assert amd["manufacturer"] == "amd" and amd["detection"]["accelerators"] == 8
+
+    suite = ElementTree.parse(result["paths"]["junit"]).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("8", "2", "2")
+    verdicts = {
+        (case.get("classname"), case.get("name")): [child.tag for child in case if child.tag in ("failure", "error")]
+        for case in suite.iter("testcase")
+    }
+    assert verdicts[("broken-bus", "amd")] == verdicts[("broken-bus", "nvidia")] == ["failure"]
+    assert verdicts[("gpu-node", "amd")] == verdicts[("vm", "nvidia")] == []
+    assert verdicts[("never-reached", "preflight")] == verdicts[("no-package", "preflight")] == ["error"]
+    assert "<script" not in Path(result["paths"]["html"]).read_text(encoding="utf-8")
+
+
+def test_hosts_and_results_must_align(tmp_path: Path, source_repo: Path) -> None:
+    result = fail_result(fleet_report.main, {"hosts": ["a", "b"], "results": [None], "dest": str(tmp_path)})
+    assert result["msg"] == "hosts and results must align: 2 hosts, 1 results"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_result_that_is_not_a_registered_result_is_named(tmp_path: Path, source_repo: Path) -> None:
+    args = {"hosts": ["a", "b"], "results": [None, "ok"], "dest": str(tmp_path)}
+    result = fail_result(fleet_report.main, args)
+    assert result["msg"] == "the result for b is a str, not a registered preflight result"
+
+
+def test_an_unwritable_destination_fails_the_task(tmp_path: Path, source_repo: Path) -> None:
+    blocker = tmp_path / "reports"
+    blocker.write_text("a file where the directory should go\n")
+    result = fail_result(fleet_report.main, {"hosts": ["a"], "results": [None], "dest": str(blocker)})
+    assert result["msg"].startswith("the fleet report could not be written: ")
+
+
+def test_check_mode_is_unsupported_and_writes_nothing(tmp_path: Path, source_repo: Path) -> None:
+    dest = tmp_path / "reports"
+    result = exit_result(fleet_report.main, {"hosts": ["a"], "results": [None], "dest": str(dest)}, check_mode=True)
+    assert result["skipped"] is True
+    assert "check mode" in result["msg"]
+    assert not dest.exists()
+
+
+def test_required_options_are_named(source_repo: Path) -> None:
+    result = fail_result(fleet_report.main, {"hosts": ["a"]})
+    assert "missing required arguments" in result["msg"]
+    assert "dest" in result["msg"] and "results" in result["msg"]
+
+
+def test_without_the_package_the_task_fails_with_the_install_hint(without_gpustack: ModuleType, tmp_path: Path) -> None:
+    result = fail_result(fleet_report.main, {"hosts": [], "results": [], "dest": str(tmp_path)})
+    assert "Failed to import the required Python library (gpustack-operator)" in result["msg"]

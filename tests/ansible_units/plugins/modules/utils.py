@@ -1,0 +1,98 @@
+"""Drive a module's ``main()`` as Ansible would: arguments through ``_ANSIBLE_ARGS``, and
+``exit_json`` / ``fail_json`` turned into exceptions that carry the result."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+from unittest import mock
+
+import pytest
+from ansible.module_utils import basic
+
+
+class AnsibleExitJson(Exception):  # noqa: N818 - the name community collections use
+    """The module called ``exit_json``: ``result`` is what the task returns."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+class AnsibleFailJson(Exception):  # noqa: N818 - the name community collections use
+    """The module called ``fail_json``: ``result`` carries ``msg`` and ``failed``."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+@contextlib.contextmanager
+def set_module_args(args: dict[str, Any]) -> Iterator[None]:
+    """Hand ``args`` to the next ``AnsibleModule`` (both the ansible-core >= 2.19 way and the older one)."""
+    try:
+        from ansible.module_utils.testing import patch_module_args
+    except ImportError:  # ansible-core < 2.19 reads the serialized arguments directly
+        serialized = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", serialized):
+            yield
+    else:
+        with patch_module_args(args):
+            yield
+
+
+def _exit_json(self: basic.AnsibleModule, **kwargs: Any) -> NoReturn:
+    kwargs.setdefault("changed", False)
+    raise AnsibleExitJson(kwargs)
+
+
+def _fail_json(self: basic.AnsibleModule, msg: str, **kwargs: Any) -> NoReturn:
+    kwargs.update(failed=True, msg=msg)
+    raise AnsibleFailJson(kwargs)
+
+
+def task_args(args: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, Any]:
+    full = dict(args)
+    if check_mode:
+        full["_ansible_check_mode"] = True
+    if diff:
+        full["_ansible_diff"] = True
+    return full
+
+
+def exit_result(
+    main: Callable[[], None], args: dict[str, Any], *, check_mode: bool = False, diff: bool = False
+) -> dict[str, Any]:
+    """Run ``main()``; it must succeed. An ``AnsibleFailJson`` propagates with the module's message."""
+    with (
+        set_module_args(task_args(args, check_mode, diff)),
+        mock.patch.multiple(basic.AnsibleModule, exit_json=_exit_json, fail_json=_fail_json),
+        pytest.raises(AnsibleExitJson) as info,
+    ):
+        main()
+    return info.value.result
+
+
+def fail_result(
+    main: Callable[[], None], args: dict[str, Any], *, check_mode: bool = False, diff: bool = False
+) -> dict[str, Any]:
+    """Run ``main()``; it must fail the task. An ``AnsibleExitJson`` propagates with the result."""
+    with (
+        set_module_args(task_args(args, check_mode, diff)),
+        mock.patch.multiple(basic.AnsibleModule, exit_json=_exit_json, fail_json=_fail_json),
+        pytest.raises(AnsibleFailJson) as info,
+    ):
+        main()
+    return info.value.result
+
+
+def printed_result(
+    main: Callable[[], None], args: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, Any]]:
+    """Run ``main()`` unpatched: the exit status and the JSON document it printed (what Ansible reads)."""
+    with set_module_args(args), pytest.raises(SystemExit) as info:
+        main()
+    out = capsys.readouterr().out
+    return int(info.value.code or 0), json.loads(out[out.index("{") :])
