@@ -68,11 +68,11 @@ def test_fleet_playbook_writes_the_report(
     out = proc.stdout + proc.stderr
     # one host cannot be read and one cannot be reached: the run fails, after writing the report
     assert proc.returncode != 0, out
-    assert "fleet preflight: 9 hosts, 7 ok, 1 unavailable, 1 unreachable" in out
+    assert "fleet preflight: 20 hosts, 18 ok, 1 unavailable, 1 unreachable" in out
     (yaml_path,) = reports.glob("preflight-*.yaml")
     (html_path,) = reports.glob("preflight-*.html")
     doc = yaml.safe_load(yaml_path.read_text())
-    assert doc["summary"] == {"hosts": 9, "ok": 7, "unavailable": 1, "unreachable": 1, "failed": 0}
+    assert doc["summary"] == {"hosts": 20, "ok": 18, "unavailable": 1, "unreachable": 1, "failed": 0}
     hosts = doc["hosts"]
     assert hosts["gone-01"]["status"] == "unreachable"
     assert hosts["broken-sysfs-01"]["status"] == "unavailable"
@@ -86,6 +86,20 @@ def test_fleet_playbook_writes_the_report(
     assert detection("atlas-910b-01", "ascend")["state"] == "ok"
     assert detection("cpu-vm-01", "nvidia")["state"] == "not-declared"
     assert detection("broken-sysfs-01", "nvidia")["state"] == "unavailable"
+    # the nine manufacturers, each on its own node shape
+    for node, manufacturer, count in [
+        ("a100-mig-01", "nvidia", 8),
+        ("atlas-950pr-01", "ascend", 8),
+        ("mlu370-01", "cambricon", 8),
+        ("k100-01", "hygon", 4),
+        ("c500-01", "metax", 8),
+        ("bi150-01", "iluvatar", 8),
+        ("s4000-01", "mthreads", 8),
+        ("ppu-01", "thead", 8),
+    ]:
+        answer = detection(node, manufacturer)
+        assert (answer["state"], answer["accelerators"]) == ("ok", count), (node, answer)
+    assert detection("nodriver-01", "nvidia")["state"] == "not-declared"
     junit = ET.parse(next(reports.glob("preflight-*.junit.xml"))).getroot()
     assert junit.get("errors") == "1"  # the unreachable host
     assert int(junit.get("failures", "0")) == 9  # every manufacturer of the unreadable host
@@ -115,7 +129,7 @@ def test_check_mode(ansible_env: dict[str, str], tmp_path: Path) -> None:
         ansible_env, "-i", str(FLEET), "--check", "--limit", "nvidia", "-e", f"preflight_report_dir={tmp_path}"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fleet preflight: 2 hosts, 2 ok, 0 unavailable, 0 unreachable" in proc.stdout
+    assert "fleet preflight: 5 hosts, 5 ok, 0 unavailable, 0 unreachable" in proc.stdout
     assert list(tmp_path.glob("preflight-*.html"))
 
 

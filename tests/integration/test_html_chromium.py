@@ -122,7 +122,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fleet preflight: 9 hosts, 7 ok, 1 unavailable, 1 unreachable" in proc.stdout
+    assert "fleet preflight: 20 hosts, 18 ok, 1 unavailable, 1 unreachable" in proc.stdout
     (html_path,) = reports.glob("preflight-*.html")
     (yaml_path,) = reports.glob("preflight-*.yaml")
     return {"html": html_path, "yaml": yaml_path, "work": work}
@@ -277,7 +277,7 @@ def test_matrix_has_one_row_per_host_with_its_status(dom: Element, fleet_doc: di
     assert isinstance(hosts, dict)
     rows = matrix_rows(dom)
     assert [r.attrs["data-host"] for r in rows] == sorted(hosts)
-    assert len(rows) == 9
+    assert len(rows) == 20
     for row in rows:
         status = hosts[row.attrs["data-host"]]["status"]
         assert f"status-{status}" in row.classes
@@ -311,8 +311,9 @@ def test_cells_carry_each_manufacturers_state(dom: Element, fleet_doc: dict[str,
             summary = cell.find_all("summary")[0].text()
             assert summary.startswith(f"{state} · {detection['accelerators']}" if detection["accelerators"] else state)
             seen[state] += 1
-    # 4 hosts with accelerators (one manufacturer each), 1 unreadable host, 1 unreachable host
-    assert seen == {"ok": 4, "unavailable": 9, "none": 9, "not-declared": 9 * 9 - 4 - 9 - 9}
+    # 19 hosts answered (15 ok answers: 13 hosts with one manufacturer, one with two), 1 unreadable
+    # host (9 unavailable answers), 1 unreachable host (9 empty cells)
+    assert seen == {"ok": 15, "unavailable": 9, "none": 9, "not-declared": 19 * 9 - 15 - 9}
 
     def cell(host: str, manufacturer: str) -> Element:
         (row,) = [r for r in matrix_rows(dom) if r.attrs["data-host"] == host]
@@ -341,7 +342,7 @@ def test_filter_links_and_every_in_page_link_resolve(dom: Element) -> None:
     assert [a.attrs["href"] for a in nav.find_all("a")] == FILTERS
     ids = {e.attrs["id"] for e in dom.iter() if "id" in e.attrs}
     links = [a.attrs["href"] for a in dom.find_all("a") if a.attrs.get("href", "").startswith("#")]
-    assert len(links) > len(FILTERS) + 9  # the filters, one link per host, one per cell with an answer
+    assert len(links) > len(FILTERS) + 20  # the filters, one link per host, one per cell with an answer
     assert [h for h in links if h[1:] not in ids] == []
     assert not dom.find_all("script")  # plain HTML: the page works without JavaScript
 
@@ -496,7 +497,7 @@ def test_css_filters_by_computed_style_and_by_clicking(
     }
     assert expected["#only-unavailable"] == ["broken-sysfs-01"]
     assert expected["#only-unreachable"] == [UNREACHABLE]
-    assert len(expected["#only-ok"]) == 7
+    assert len(expected["#only-ok"]) == 18
 
     for fragment in ["", *FILTERS]:
         result = probe(browser, page, fragment)
