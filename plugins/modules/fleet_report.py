@@ -114,9 +114,12 @@ def main():
         pairs.append((host, result))
     try:
         report = fleet.build(pairs)
+    except ValueError as exc:
+        module.fail_json(msg="a registered result carries no valid preflight report: %s" % exc)
+    try:
         paths = fleet.write(report, module.params["dest"])
     except (ValueError, OSError) as exc:
-        module.fail_json(msg="the fleet report could not be written: %s" % exc)
+        module.fail_json(msg="the fleet report could not be written to %s: %s" % (module.params["dest"], exc))
     module.exit_json(
         changed=True,
         paths=paths,

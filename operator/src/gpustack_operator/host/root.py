@@ -46,6 +46,13 @@ class HostPathError(OSError):
         return f"{self.host_path}: {self.strerror}"
 
 
+# Named for every caller: the CLI flag, the modules' option and the inventory variable behind it.
+REMEDY = (
+    "point the host root (--host-root; in Ansible the host_root option or the gpustack_host_root "
+    "inventory variable) at the directory the node's / is mounted at"
+)
+
+
 class HostRoot:
     """A node's filesystem, rooted at ``root`` (``/`` on the node itself)."""
 
@@ -54,15 +61,9 @@ class HostRoot:
         try:
             st = path.stat()
         except OSError as exc:
-            raise HostRootError(
-                f"host root {str(root)!r} cannot be used: {exc.strerror}; "
-                "pass --host-root with the directory the node's / is mounted at"
-            ) from exc
+            raise HostRootError(f"host root {str(root)!r} cannot be used: {exc.strerror}; " + REMEDY) from exc
         if not stat.S_ISDIR(st.st_mode):
-            raise HostRootError(
-                f"host root {str(root)!r} is not a directory; "
-                "pass --host-root with the directory the node's / is mounted at"
-            )
+            raise HostRootError(f"host root {str(root)!r} is not a directory; " + REMEDY)
         self.root = path.resolve()
         self._root_str = str(self.root).rstrip("/")
         # disk path -> link target (None when the component is not a symlink); absent entries raise

@@ -82,7 +82,14 @@ def test_an_unwritable_destination_fails_the_task(tmp_path: Path, source_repo: P
     blocker = tmp_path / "reports"
     blocker.write_text("a file where the directory should go\n")
     result = fail_result(fleet_report.main, {"hosts": ["a"], "results": [None], "dest": str(blocker)})
-    assert result["msg"].startswith("the fleet report could not be written: ")
+    assert result["msg"].startswith(f"the fleet report could not be written to {blocker}: ")
+
+
+def test_a_malformed_registered_report_is_named_as_such(tmp_path: Path, source_repo: Path) -> None:
+    args = {"hosts": ["a"], "results": [{"report": {"accelerators": "x"}}], "dest": str(tmp_path)}
+    result = fail_result(fleet_report.main, args)
+    assert result["msg"].startswith("a registered result carries no valid preflight report: ")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_check_mode_is_unsupported_and_writes_nothing(tmp_path: Path, source_repo: Path) -> None:
