@@ -90,7 +90,9 @@ def test_preflight(name: str) -> None:
     proc = run_cli("dm", "preflight", "--host-root", str(host(name)))
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load(proc.stdout)
-    assert list(doc) == ["accelerators", "network"]
+    assert list(doc) == ["accelerators", "network", "topology"]
+    # the fixtures carry no host process table, so the kubelet's policy is not read (never defaulted)
+    assert (doc["topology"]["policy"], doc["topology"]["note"][:10]) == ("unknown", "not read: ")
     groups = {g["manufacturer"]: g for g in doc["accelerators"]}
     assert sorted(groups) == NINE
     for m, g in groups.items():

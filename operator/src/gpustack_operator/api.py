@@ -87,15 +87,30 @@ def facts(req: Request) -> dict[str, object]:
     return facts_document(run_detect(req))
 
 
-def run_preflight(req: Request, dry_run: bool = False) -> Report:
+def run_preflight(
+    req: Request, dry_run: bool = False, runtime: str | None = None, probe_image: str | None = None
+) -> Report:
     """The preflight report. Never raises for what the host holds: an unusable host root is every
-    manufacturer ``unavailable`` with the reason, and the document is still produced."""
-    del dry_run  # nothing this version does writes to the host; the flag is accepted for the CLI
+    manufacturer ``unavailable`` with the reason, and the document is still produced.
+
+    ``runtime`` (``--runtime``: docker, nerdctl or ctr) overrides the runtime resolved from the
+    kubelet; ``probe_image`` (``--probe-image``) is validated as an OCI image reference. Both are
+    checked before the pass: a bad value raises ``RuntimeChoiceError`` / ``ImageRefError`` (both
+    ``ValueError``, a usage error naming the problem). The resolution travels on the report
+    (``report.runtime``, ``report.probe_image``) and stays out of its document (``wire()``).
+    """
+    from gpustack_operator.preflight.imageref import parse_image_ref  # noqa: PLC0415
+    from gpustack_operator.preflight.runtime import parse_runtime_name  # noqa: PLC0415
+
+    wanted = parse_runtime_name(runtime)
+    image = parse_image_ref(probe_image) if probe_image is not None else None
+    del dry_run  # nothing this version does writes to the host or starts a container
     try:
         host = HostRoot(req.host_root)
     except HostRootError as exc:
-        return unusable_root_report(req.manufacturers, str(exc))
-    return preflight(detect_node(host, req.resolved, req.settings, req.no_pci_check), HostExec(str(host.root)))
+        return unusable_root_report(req.manufacturers, str(exc), runtime=wanted, probe_image=image)
+    result = detect_node(host, req.resolved, req.settings, req.no_pci_check)
+    return preflight(result, HostExec(str(host.root)), root=host, runtime=wanted, probe_image=image)
 
 
 def monitor(req: Request) -> dict[str, object]:

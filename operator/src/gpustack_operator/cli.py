@@ -106,7 +106,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(pre)
     pre.add_argument("--dry-run", action="store_true", help="print container steps instead of taking them")
+    pre.add_argument(
+        "--runtime",
+        type=_runtime_arg,
+        metavar="{docker,nerdctl,ctr}",
+        help="the container CLI to drive (default: resolved from the kubelet's CRI endpoint, else probed "
+        "docker, nerdctl, ctr)",
+    )
+    pre.add_argument(
+        "--probe-image",
+        type=_probe_image_arg,
+        metavar="IMAGE",
+        help="image for probe containers, [registry[:port]/]path[:tag][@sha256:<hex>] (recorded and "
+        "validated; this version starts no probe container)",
+    )
     return parser
+
+
+def _runtime_arg(value: str) -> str:
+    """``--runtime``: refused before the pass unless docker, nerdctl or ctr (supplement §2.4)."""
+    from gpustack_operator.preflight.runtime import RuntimeChoiceError, parse_runtime_name  # noqa: PLC0415
+
+    try:
+        parse_runtime_name(value)
+    except RuntimeChoiceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _probe_image_arg(value: str) -> str:
+    """``--probe-image``: an OCI image reference, or a usage error naming what is wrong with it."""
+    from gpustack_operator.preflight.imageref import ImageRefError, parse_image_ref  # noqa: PLC0415
+
+    try:
+        parse_image_ref(value)
+    except ImageRefError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _dump_yaml(doc: object) -> str:
@@ -184,7 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
         return EXIT_OK
 
-    report = api.run_preflight(req, dry_run=args.dry_run)
+    try:
+        report = api.run_preflight(req, dry_run=args.dry_run, runtime=args.runtime, probe_image=args.probe_image)
+    except ValueError as exc:  # RuntimeChoiceError / ImageRefError; argparse has already refused both
+        parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
     sys.stdout.write(_dump_yaml(report.wire()))
     failures = report.failures()
     for failure in failures:

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from gpustack_operator.discovery.network import NetworkCheck
 from gpustack_operator.ledger.models import CamelModel
+from gpustack_operator.preflight.runtime import RuntimeResolution
 
 
 class State(StrEnum):
@@ -79,15 +80,73 @@ class NetworkSection(CamelModel):
     note: str | None = None
 
 
+class TopologyPolicy(StrEnum):
+    """The kubelet's TopologyManager policies (§2.8), and ``unknown`` for a policy nothing named."""
+
+    SINGLE_NUMA_NODE = "single-numa-node"
+    RESTRICTED = "restricted"
+    BEST_EFFORT = "best-effort"
+    NONE = "none"
+    UNKNOWN = "unknown"
+
+
+class Topology(CamelModel):
+    """What this node's kubelet does with a NUMA hint (§2.8 ``topology``): ``timestamp``, ``policy``,
+    ``depth``, optional ``note``.
+
+    The depth is always ``declared``: the policy is read out of declared configuration and nothing is
+    run. ``unknown`` always carries a note naming which of the four reasons applies; a named policy
+    carries none. Never affects the exit code (see :meth:`Report.failures`).
+    """
+
+    timestamp: str
+    policy: TopologyPolicy
+    depth: Depth = Depth.DECLARED
+    note: str | None = None
+
+
 class Report(CamelModel):
-    """The whole document. ``topology`` (the kubelet's TopologyManager policy) is added by a later
-    stage of this implementation; until then it is absent rather than faked."""
+    """The whole document: ``accelerators``, ``network``, ``topology`` (§2.8), in that order.
+
+    ``runtime`` and ``probe_image`` travel with the report to its callers (the CLI logs the first,
+    the Ansible module returns both) but are not part of the document: §2.8 names three sections,
+    and the fleet report re-reads documents as this model. They are the resolution this pass made,
+    from the same read of the kubelet the topology section came from — returned with it rather than
+    re-resolved by a second read that could see a different process table.
+    """
 
     accelerators: list[Group] = Field(default_factory=list)
     network: NetworkSection | None = None
+    topology: Topology | None = None
+    runtime: RuntimeResolution | None = Field(default=None, exclude=True)
+    probe_image: str | None = Field(default=None, exclude=True)
+
+    def summary(self) -> dict[str, object]:
+        """The compact reading: per manufacturer state/depth/accelerators, counts by state, the
+        topology policy and the runtime resolved (``None`` when nothing could be driven)."""
+        states = {s.value: 0 for s in State}
+        manufacturers: dict[str, dict[str, object]] = {}
+        for g in self.accelerators:
+            d = g.detection
+            states[d.state.value] += 1
+            manufacturers[g.manufacturer] = {
+                "state": d.state.value,
+                "depth": d.depth.value,
+                "accelerators": d.accelerators,
+            }
+        return {
+            "manufacturers": manufacturers,
+            "states": states,
+            "topology": self.topology.policy.value if self.topology else None,
+            "runtime": self.runtime.runtime.value if self.runtime and self.runtime.runtime else None,
+        }
 
     def failures(self) -> list[str]:
-        """Every ``unavailable`` answer, in words: non-empty means a non-zero exit."""
+        """Every ``unavailable`` accelerator answer, in words: non-empty means a non-zero exit.
+
+        Only accelerator answers count (§2.8): not the ``network`` section, and not ``topology``,
+        whatever it says — the policy decides which placements the kubelet admits, not what this node
+        can hand out."""
         failed: list[str] = []
         for group in self.accelerators:
             if group.detection.state is State.UNAVAILABLE:

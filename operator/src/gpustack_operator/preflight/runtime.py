@@ -1,0 +1,302 @@
+"""Which container CLI preflight's container steps would drive on this node (supplement §2.4).
+
+"Runtime resolution" 1–5, as built here:
+
+1. **The kubelet's own CRI endpoint** decides, wherever the host states one (read by
+   :mod:`.kubelet`: a running kubelet's command line, its ``--config`` file and ``--config-dir``
+   drop-ins, the command line overriding both). Reproducing production is the point: a host carrying
+   both docker and containerd, with a kubelet talking to containerd, must not be probed docker-first.
+2. **No kubelet running**: ``kubeadm-flags.env``, ``config.yaml``, the distribution's
+   ``kubelet.conf.d`` tree, the first source naming an endpoint winning.
+3. **Nothing states an endpoint**: probe ``docker``, then ``nerdctl``, then ``ctr`` on the host's
+   ``PATH`` (an executable file in ``/usr/local/sbin``, ``/usr/local/bin``, ``/usr/sbin``,
+   ``/usr/bin``, ``/sbin`` or ``/bin`` under the host root).
+4. **No host ``/proc``**: refuse to probe — every container step is emitted; ``--runtime`` names a
+   runtime past it.
+5. **A conflict within one source** (two distribution trees naming different endpoints): every
+   container step is emitted, naming both endpoints.
+
+An endpoint maps onto a CLI by the daemon its socket belongs to:
+
+* containerd (``…/containerd.sock``, k3s/RKE2's ``/run/k3s/containerd/containerd.sock``) →
+  ``nerdctl``, or ``ctr`` when the host carries no nerdctl (then ``nerdctl_absent`` is recorded: a
+  ``ctr`` step is printed as a nerdctl command, §2.6), pointed at that socket in the
+  ``gpustack-preflight`` namespace (§2.5);
+* docker (``cri-dockerd.sock``, ``dockershim.sock``, ``docker.sock``) → ``docker``, which finds its
+  own daemon;
+* **CRI-O** (``crio.sock``): none of docker, nerdctl and ctr can talk to CRI-O's daemon, and
+  probing past the endpoint would measure a runtime no workload on this node uses — so the runtime
+  is named unsupported and every container step is emitted (``--runtime`` overrides). This is this
+  implementation's decision; the spec names only the three CLIs.
+
+A kubelet configuration that could not be read is not "nothing stated": the unreadable file may be
+the one naming the endpoint, so the steps are emitted naming the file rather than probed past it.
+
+``--runtime`` given: that runtime, source ``--runtime``, whatever the kubelet says; when the host
+carries no such executable every container step is emitted, and the result says so.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+
+from gpustack_operator.host import HostPathError, HostRoot
+from gpustack_operator.ledger.models import CamelModel
+from gpustack_operator.preflight.hostexec import HOST_PATH
+from gpustack_operator.preflight.kubelet import KubeletReading, Outcome
+
+CONTAINERD_NAMESPACE = "gpustack-preflight"
+# Where a containerd socket sits when nothing names one: upstream's default, then k3s/RKE2's.
+CONTAINERD_SOCKETS = ("/run/containerd/containerd.sock", "/run/k3s/containerd/containerd.sock")
+UNIX_SCHEME = "unix://"
+RUNTIME_FLAG = "--runtime"
+PROBE_SOURCE = "probe"
+EMITTED = "every container step would be emitted instead of run"
+
+
+class RuntimeName(StrEnum):
+    """The container CLIs preflight can drive (the ``--runtime`` values)."""
+
+    DOCKER = "docker"
+    NERDCTL = "nerdctl"
+    CTR = "ctr"
+
+
+PROBE_ORDER = (RuntimeName.DOCKER, RuntimeName.NERDCTL, RuntimeName.CTR)
+CONTAINERD_CLIS = frozenset({RuntimeName.NERDCTL, RuntimeName.CTR})
+
+
+class Daemon(StrEnum):
+    CONTAINERD = "containerd"
+    DOCKER = "docker"
+    CRIO = "CRI-O"
+
+
+class RuntimeChoiceError(ValueError):
+    """``--runtime`` names something that is not one of :class:`RuntimeName` (a usage error)."""
+
+
+def parse_runtime_name(value: str | None) -> RuntimeName | None:
+    """``None`` stays ``None``; anything but docker/nerdctl/ctr raises :class:`RuntimeChoiceError`."""
+    if value is None:
+        return None
+    try:
+        return RuntimeName(value)
+    except ValueError:
+        allowed = ", ".join(r.value for r in RuntimeName)
+        raise RuntimeChoiceError(
+            f"{value!r} is not a container runtime preflight can drive: use one of {allowed} "
+            "(or leave it out to resolve it from the kubelet)"
+        ) from None
+
+
+class RuntimeResolution(CamelModel):
+    """The resolved runtime. Not part of the report document (§2.8 has three sections); the CLI logs
+    it at ``-vv`` and the Ansible module returns it.
+
+    ``runtime`` is ``None`` exactly when nothing could be driven, and then ``reason`` says why;
+    ``emitted`` is true whenever container steps could not be run (also for a ``--runtime`` the host
+    lacks).
+    """
+
+    runtime: RuntimeName | None = None
+    source: str | None = None  # which flag or file said it: "--runtime", "probe", or the kubelet source
+    endpoint: str | None = None  # the kubelet's CRI endpoint, as stated
+    binary: str | None = None  # host path of the CLI
+    socket: str | None = None  # the containerd socket a nerdctl/ctr step is pointed at
+    namespace: str | None = None  # the containerd namespace preflight's containers go in
+    nerdctl_absent: bool = False  # a ctr step's nerdctl rewrite names a CLI this host lacks
+    probed: list[str] | None = None  # what was looked for, in order, when probing
+    emitted: bool = False
+    reason: str | None = None
+
+    def line(self) -> str:
+        """The decision in one line (``-vv``)."""
+        if self.runtime is None:
+            return f"runtime: none -- {self.reason}"
+        where = f"from {self.source}" if self.source else ""
+        parts = [p for p in (where, self.endpoint and f"endpoint {self.endpoint}") if p]
+        parts += [f"CLI {self.binary}" if self.binary else "no CLI on the host"]
+        if self.socket:
+            parts.append(f"socket {self.socket}, namespace {self.namespace}")
+        text = f"runtime: {self.runtime.value} ({'; '.join(parts)})"
+        return f"{text} -- {self.reason}" if self.reason else text
+
+
+def which(host: HostRoot, name: str) -> str | None:
+    """Where the host carries ``name`` as an executable file on its standard PATH (links resolved
+    inside the host root), or ``None``."""
+    for directory in HOST_PATH:
+        path = f"{directory}/{name}"
+        try:
+            disk = host.path(path)
+        except HostPathError:
+            continue
+        if disk.is_file() and os.access(disk, os.X_OK):
+            return path
+    return None
+
+
+def socket_of(endpoint: str) -> str | None:
+    """The socket path of a CRI endpoint (``unix:///run/x.sock`` or the legacy bare path), or ``None``
+    for anything else (``npipe://``, ``tcp://``)."""
+    if endpoint.startswith(UNIX_SCHEME):
+        path = endpoint[len(UNIX_SCHEME) :]
+        return path if path.startswith("/") else None
+    return endpoint if endpoint.startswith("/") else None
+
+
+def daemon_of(socket: str) -> Daemon | None:
+    """The daemon a CRI socket belongs to, by its name."""
+    name = socket.rsplit("/", 1)[-1]
+    if "containerd" in name:
+        return Daemon.CONTAINERD
+    if name in ("cri-dockerd.sock", "dockershim.sock", "docker.sock"):
+        return Daemon.DOCKER
+    if "crio" in name:
+        return Daemon.CRIO
+    return None
+
+
+def _containerd_socket(host: HostRoot, stated: str | None) -> str | None:
+    if stated is not None:
+        return stated
+    return next((s for s in CONTAINERD_SOCKETS if host.exists(s)), None)
+
+
+def _driven(
+    host: HostRoot,
+    runtime: RuntimeName,
+    binary: str | None,
+    *,
+    source: str | None,
+    endpoint: str | None = None,
+    socket: str | None = None,
+    probed: list[str] | None = None,
+    reason: str | None = None,
+) -> RuntimeResolution:
+    """A resolution for ``runtime``; a containerd CLI gets its socket and namespace. No binary means
+    every container step is emitted."""
+    containerd = runtime in CONTAINERD_CLIS
+    return RuntimeResolution(
+        runtime=runtime,
+        source=source,
+        endpoint=endpoint,
+        binary=binary,
+        socket=_containerd_socket(host, socket) if containerd else None,
+        namespace=CONTAINERD_NAMESPACE if containerd else None,
+        nerdctl_absent=containerd and which(host, RuntimeName.NERDCTL) is None,
+        probed=probed,
+        emitted=binary is None,
+        reason=reason,
+    )
+
+
+def _none(
+    reason: str, *, endpoint: str | None = None, source: str | None = None, probed: list[str] | None = None
+) -> RuntimeResolution:
+    return RuntimeResolution(runtime=None, source=source, endpoint=endpoint, probed=probed, emitted=True, reason=reason)
+
+
+def resolve_runtime(host: HostRoot, kubelet: KubeletReading, requested: RuntimeName | None = None) -> RuntimeResolution:
+    """The runtime container steps would use on this node (see the module docstring)."""
+    endpoint = kubelet.endpoint
+    stated = endpoint.value if endpoint.outcome is Outcome.NAMED else None
+    stated_socket = socket_of(stated) if stated else None
+    if requested is not None:
+        return _requested(host, requested, stated, stated_socket)
+    if endpoint.outcome is Outcome.NOT_READ:
+        return _none(
+            f"not probed: {endpoint.detail}; nothing can say which kubelet runs here, so {EMITTED} "
+            f"({RUNTIME_FLAG} names a runtime past this)"
+        )
+    if endpoint.outcome is Outcome.UNREADABLE:
+        return _none(
+            f"the kubelet's configuration could not be read ({endpoint.detail}), and it may be what names "
+            f"the CRI endpoint; probing past it could drive a runtime no workload here uses, so {EMITTED} "
+            f"({RUNTIME_FLAG} names one)"
+        )
+    if endpoint.outcome is Outcome.CONFLICT:
+        named = "; ".join(f"{s.source} names {s.value}" for s in endpoint.conflict or [])
+        return _none(
+            f"two distribution trees name different CRI endpoints ({named}); only one can be this node's "
+            f"kubelet's, so {EMITTED} ({RUNTIME_FLAG} picks one)"
+        )
+    if stated is not None:
+        return _from_endpoint(host, stated, stated_socket, endpoint.source)
+    return _probe(host)
+
+
+def _requested(
+    host: HostRoot, requested: RuntimeName, stated: str | None, stated_socket: str | None
+) -> RuntimeResolution:
+    """``--runtime``: that runtime whatever the kubelet says (a containerd CLI still gets the kubelet's
+    containerd socket when it names one)."""
+    binary = which(host, requested)
+    socket = stated_socket if stated_socket and daemon_of(stated_socket) is Daemon.CONTAINERD else None
+    reason = None
+    if binary is None:
+        reason = f"the host carries no {requested.value} on its PATH ({', '.join(HOST_PATH)}), so {EMITTED}"
+    return _driven(host, requested, binary, source=RUNTIME_FLAG, endpoint=stated, socket=socket, reason=reason)
+
+
+def _from_endpoint(host: HostRoot, endpoint: str, socket: str | None, source: str | None) -> RuntimeResolution:
+    daemon = daemon_of(socket) if socket else None
+    said = f"the kubelet is configured against {endpoint} ({source})"
+    if daemon is Daemon.CONTAINERD:
+        for cli in (RuntimeName.NERDCTL, RuntimeName.CTR):
+            if (binary := which(host, cli)) is not None:
+                return _driven(host, cli, binary, source=source, endpoint=endpoint, socket=socket)
+        return _none(
+            f"{said}, a containerd socket, but the host carries neither nerdctl nor ctr on its PATH, so {EMITTED}",
+            endpoint=endpoint,
+            source=source,
+            probed=[RuntimeName.NERDCTL.value, RuntimeName.CTR.value],
+        )
+    if daemon is Daemon.DOCKER:
+        if (binary := which(host, RuntimeName.DOCKER)) is not None:
+            return _driven(host, RuntimeName.DOCKER, binary, source=source, endpoint=endpoint)
+        return _none(
+            f"{said}, a docker socket, but the host carries no docker on its PATH, so {EMITTED}",
+            endpoint=endpoint,
+            source=source,
+            probed=[RuntimeName.DOCKER.value],
+        )
+    if daemon is Daemon.CRIO:
+        return _none(
+            f"{said}, which is CRI-O's: this host carries no client for CRI-O that preflight can drive "
+            f"(docker, nerdctl and ctr cannot reach its daemon), so {EMITTED}",
+            endpoint=endpoint,
+            source=source,
+        )
+    return _none(
+        f"{said}, which names no runtime preflight knows (containerd, docker via cri-dockerd, CRI-O), so {EMITTED}",
+        endpoint=endpoint,
+        source=source,
+    )
+
+
+def _probe(host: HostRoot) -> RuntimeResolution:
+    probed = [r.value for r in PROBE_ORDER]
+    for runtime in PROBE_ORDER:
+        if (binary := which(host, runtime)) is not None:
+            return _driven(host, runtime, binary, source=PROBE_SOURCE, probed=probed)
+    return _none(
+        f"nothing the kubelet reads states a CRI endpoint, and no container runtime is on the host's PATH "
+        f"(probed {', '.join(probed)} in {', '.join(HOST_PATH)}), so {EMITTED}",
+        probed=probed,
+    )
+
+
+def unusable_root_resolution(reason: str, requested: RuntimeName | None) -> RuntimeResolution:
+    """The host root itself cannot be read: nothing can be resolved or checked."""
+    if requested is not None:
+        return RuntimeResolution(
+            runtime=requested,
+            source=RUNTIME_FLAG,
+            emitted=True,
+            reason=f"the host root could not be used ({reason}), so whether it carries {requested.value} is "
+            f"unknown and {EMITTED}",
+        )
+    return _none(f"not resolved: the host root could not be used ({reason}), so {EMITTED}")
