@@ -20,15 +20,7 @@ description:
   - A manufacturer whose detection could not measure is named in
     C(gpustack_accelerators.node.unmeasured) and is C(unmeasured) in C(manufacturers); it is never
     reported as having no accelerators.
-requirements:
-  - the C(gpustack-operator) Python package on the target (the C(install) role puts it there)
 options:
-  host_root:
-    description:
-      - Directory the node's root filesystem is reached at.
-      - Defaults to the host's C(gpustack_host_root) inventory variable when set, else C(/host)
-        when the node's root is mounted there, otherwise C(/).
-    type: path
   manufacturers:
     description:
       - Which manufacturers to detect, C(gather_subset)-style - a name adds it, C(!name) removes it,
@@ -39,6 +31,8 @@ options:
         C(nvidia), C(thead).
     type: list
     elements: str
+extends_documentation_fragment:
+  - gpustack.accelerators.node
 attributes:
   check_mode:
     support: full

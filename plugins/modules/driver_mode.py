@@ -23,8 +23,6 @@ description:
     O(force=true); a record that cannot be read counts as held. The rule is the package's own, so
     C(gpustack-operator dm mode --disable) enforces it too (C(--force)).
   - A failed write reports the vendor's words and the command a person would run.
-requirements:
-  - the C(gpustack-operator) Python package on the target
 options:
   manufacturer:
     description: The manufacturer whose mode this is.
@@ -50,11 +48,8 @@ options:
     description: Disable even while pods hold slices (they will be stranded).
     type: bool
     default: false
-  host_root:
-    description:
-      - Directory the node's root filesystem is reached at; defaults to the host's
-        C(gpustack_host_root) inventory variable, else C(/host) when mounted, else C(/).
-    type: path
+extends_documentation_fragment:
+  - gpustack.accelerators.node
 attributes:
   check_mode:
     support: full

@@ -32,8 +32,6 @@ description:
     C(/var/lib/gpustack/operator/pods), and refuses - naming the path - a symlink anywhere on the
     destination path (C(var), C(lib), C(gpustack), C(operator), C(lib), the subtree) or one inside
     the subtree pointing out of it.
-requirements:
-  - the C(gpustack-operator) Python package on the target (the C(install) role puts it there)
 options:
   src:
     description:
@@ -55,13 +53,6 @@ options:
         usually comes from the operator image unpacked there.
     type: bool
     default: true
-  host_root:
-    description:
-      - Directory the node's root filesystem is reached at; the tree lands under
-        C(<host_root>/var/lib/gpustack/operator/lib).
-      - Defaults to the host's C(gpustack_host_root) inventory variable when set, else C(/host)
-        when the node's root is mounted there, otherwise C(/).
-    type: path
   manufacturers:
     description:
       - Only stage for these manufacturers (detection asks only about them); defaults to the host's
@@ -76,6 +67,8 @@ options:
     type: str
     choices: [present]
     default: present
+extends_documentation_fragment:
+  - gpustack.accelerators.node
 attributes:
   check_mode:
     support: full
