@@ -21,15 +21,7 @@ description:
     It is returned as RV(runtime).
   - The task fails only when an answer is C(unavailable) (the exit-code rule of the preflight);
     C(msg) then names every unavailable answer and its reason. The report is returned either way.
-requirements:
-  - the C(gpustack-operator) Python package on the target (the C(install) role puts it there)
 options:
-  host_root:
-    description:
-      - Directory the node's root filesystem is reached at.
-      - Defaults to the host's C(gpustack_host_root) inventory variable when set, else C(/host)
-        when the node's root is mounted there, otherwise C(/).
-    type: path
   manufacturers:
     description:
       - Manufacturers to preflight; defaults to the host's C(gpustack_manufacturers) inventory
@@ -64,6 +56,8 @@ options:
     type: str
     choices: [unavailable, never]
     default: unavailable
+extends_documentation_fragment:
+  - gpustack.accelerators.node
 attributes:
   check_mode:
     support: full

@@ -124,6 +124,29 @@ def test_fleet_playbook_never_mode_exits_zero(ansible_env: dict[str, str], tmp_p
     assert "fleet preflight: 4 hosts, 3 ok, 1 unavailable, 0 unreachable" in proc.stdout
 
 
+def test_role_passes_runtime_and_probe_image(ansible_env: dict[str, str], tmp_path: Path) -> None:
+    """preflight_runtime / preflight_probe_image reach the module: a good pair is accepted, a malformed
+    image fails that host's task naming the problem -- listed as failed, never dropped."""
+    good = playbook(
+        ansible_env,
+        *("-i", str(FLEET), "--limit", "cpu-vm-01", "-e", f"preflight_report_dir={tmp_path / 'good'}"),
+        *("-e", "preflight_runtime=nerdctl", "-e", "preflight_probe_image=registry.local:5000/cuda:12.4"),
+    )
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "fleet preflight: 1 hosts, 1 ok, 0 unavailable, 0 unreachable" in good.stdout
+    bad = playbook(
+        ansible_env,
+        *("-i", str(FLEET), "--limit", "cpu-vm-01", "-e", f"preflight_report_dir={tmp_path / 'bad'}"),
+        *("-e", "preflight_fail_on=never", "-e", "preflight_probe_image=Team/Probe:1"),
+    )
+    assert bad.returncode == 0, bad.stdout + bad.stderr
+    assert "fleet preflight: 1 hosts, 0 ok, 0 unavailable, 0 unreachable" in bad.stdout
+    (yaml_path,) = (tmp_path / "bad").glob("preflight-*.yaml")
+    entry = yaml.safe_load(yaml_path.read_text())["hosts"]["cpu-vm-01"]
+    assert entry["status"] == "failed"
+    assert "'Team/Probe:1' is not an OCI image reference" in entry["message"]
+
+
 def test_check_mode(ansible_env: dict[str, str], tmp_path: Path) -> None:
     proc = playbook(
         ansible_env, "-i", str(FLEET), "--check", "--limit", "nvidia", "-e", f"preflight_report_dir={tmp_path}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpustack_operator.discovery.detect import (
     NodeDetection,
@@ -26,10 +27,11 @@ from gpustack_operator.manufacturers.base import (
     Unmeasured,
 )
 from gpustack_operator.manufacturers.modes import ModeUsageError, converge, driver_for, select
-from gpustack_operator.preflight.hostexec import HostExec
-from gpustack_operator.preflight.models import Report
-from gpustack_operator.preflight.run import preflight, unusable_root_report
 from gpustack_operator.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    # imported by run_preflight itself: detect and the modules that only detect never load preflight
+    from gpustack_operator.preflight.models import Report
 
 CONTAINER_HOST_ROOT = "/host"
 
@@ -99,7 +101,10 @@ def run_preflight(
     ``ValueError``, a usage error naming the problem). The resolution travels on the report
     (``report.runtime``, ``report.probe_image``) and stays out of its document (``wire()``).
     """
+    # preflight's modules load here, not with the api: detect (accelerator_facts) never pays for them
+    from gpustack_operator.preflight.hostexec import HostExec  # noqa: PLC0415
     from gpustack_operator.preflight.imageref import parse_image_ref  # noqa: PLC0415
+    from gpustack_operator.preflight.run import preflight, unusable_root_report  # noqa: PLC0415
     from gpustack_operator.preflight.runtime import parse_runtime_name  # noqa: PLC0415
 
     wanted = parse_runtime_name(runtime)
