@@ -3,7 +3,7 @@ network, each scenario's full test sequence (converge, idempotence, check, testi
 
 tests/tools/podman_image.sh makes this machine ready first (podman, runc and debootstrap from Debian;
 containers.conf; the containers.podman collection; the image localhost/gpustack-molecule, built once).
-The three scenarios run side by side (each has its own container and build directory) to keep the
+The scenarios run side by side (each has its own container and build directory) to keep the
 whole module to a few minutes; every scenario's output is kept in tests/.build/molecule/logs/.
 """
 
@@ -31,6 +31,7 @@ SCENARIOS = {
     "preflight": "gpustack-preflight",
     "install": "gpustack-install",
     "driver_modes": "gpustack-driver-modes",
+    "preload_libraries": "gpustack-preload-libraries",
 }
 # every action of the scenarios' test_sequence that must run and succeed
 ACTIONS = ("destroy", "create", "prepare", "converge", "idempotence", "check", "verify")
