@@ -28,6 +28,8 @@ description:
     source is not touched. A subtree that differs is rebuilt in a hidden directory beside it and
     swapped in with a rename, so a container never sees it half-written. Files the source no
     longer has are removed from that subtree.
+  - Modes are the source's without set-id/sticky bits and without group/other write (C(0664) is
+    staged C(0644)), from a directory and from a tarball alike, so both routes stage the same tree.
   - Never removes the tree or a subtree the node does not need, never writes to
     C(/var/lib/gpustack/operator/pods), and refuses - naming the path - a symlink anywhere on the
     destination path (C(var), C(lib), C(gpustack), C(operator), C(lib), the subtree) or one inside

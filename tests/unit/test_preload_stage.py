@@ -510,3 +510,27 @@ def test_stage_node_on_arm64_without_cpu_identity(source: Path, host: Path) -> N
     assert stage_node(node, source, host, check=True).staged == []
     node.cpu = None  # unknown architecture excludes nothing
     assert stage_node(node, source, host, check=True).staged == ["amd"]
+
+
+def test_directory_and_tarball_routes_stage_the_same_modes(tmp_path: Path) -> None:
+    """Group/other write and set-id bits are dropped on both routes (the tar filter drops them from an
+    archive), so staging the tarball over the directory's result changes nothing, and vice versa."""
+    src = tmp_path / "src"
+    write(src / "amd/libvrocm.so", "vrocm", 0o664)
+    write(src / "amd/rocm-monitor", "#!/bin/sh\n", 0o4775)
+    (src / "amd").chmod(0o775)
+    archive = tmp_path / "lib.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(src, arcname=".")
+    from_dir, from_tar = tmp_path / "host-dir", tmp_path / "host-tar"
+    from_dir.mkdir()
+    from_tar.mkdir()
+    stage(src, from_dir, ["amd"])
+    stage(archive, from_tar, ["amd"])
+    assert snapshot(lib(from_dir)) == snapshot(lib(from_tar))
+    assert stat.S_IMODE((lib(from_dir) / "amd/libvrocm.so").stat().st_mode) == 0o644
+    assert stat.S_IMODE((lib(from_dir) / "amd/rocm-monitor").stat().st_mode) == 0o755
+    assert stat.S_IMODE((lib(from_dir) / "amd").stat().st_mode) == 0o755
+    for source_route, host in ((archive, from_dir), (src, from_tar)):
+        with plan(source_route, host, ["amd"]) as p:
+            assert not p.changed, p.diff()

@@ -158,6 +158,18 @@ def _kind_of(mode: int) -> str:
     return "special file"
 
 
+# The permission bits a staged entry keeps, whatever the source: no set-id / sticky bits and no
+# group/other write -- what the stdlib tar filter leaves of an archive member, applied to a directory
+# source too, so a tree staged from a directory and from a tarball of it is the same tree (and neither
+# route rewrites the other's modes on every run).
+STAGED_MODE_MASK = 0o755
+
+
+def staged_mode(mode: int) -> int:
+    """``mode`` as staged: ``0o664`` → ``0o644``, ``0o4755`` → ``0o755``."""
+    return stat.S_IMODE(mode) & STAGED_MODE_MASK
+
+
 def _scan_source(top: str, source_root: str) -> dict[str, Entry]:
     """Every entry under the source subtree ``top``. Relative symlinks that stay inside the subtree
     are kept as symlinks; one that leaves it is copied as the regular file it resolves to, provided
@@ -185,12 +197,12 @@ def _scan_source(top: str, source_root: str) -> dict[str, Entry]:
                         f"is a symlink to {target}, which is not a regular file inside the source",
                         "replace it with the file it stands for (cp -L / tar -h)",
                     )
-                entries[rel] = Entry("file", stat.S_IMODE(os.stat(real).st_mode), _sha256(real), real)
+                entries[rel] = Entry("file", staged_mode(os.stat(real).st_mode), _sha256(real), real)
             elif stat.S_ISDIR(st.st_mode):
-                entries[rel] = Entry("dir", stat.S_IMODE(st.st_mode), "")
+                entries[rel] = Entry("dir", staged_mode(st.st_mode), "")
                 walk(path, rel + "/")
             elif stat.S_ISREG(st.st_mode):
-                entries[rel] = Entry("file", stat.S_IMODE(st.st_mode), _sha256(path), path)
+                entries[rel] = Entry("file", staged_mode(st.st_mode), _sha256(path), path)
             else:
                 raise StageError(
                     path, f"is a {_kind_of(st.st_mode)}", "a preload tree holds only files, directories and symlinks"
@@ -462,7 +474,7 @@ def _plan_subtree(
     parts = validate_subtree(subtree)
     top = _source_subtree(source_root, subtree, parts, shown_source)
     wanted = _scan_source(top, source_root)
-    root_mode = stat.S_IMODE(os.stat(top).st_mode)
+    root_mode = staged_mode(os.stat(top).st_mode)
     destination = dest_root / LIB_DIR / Path(*parts)
     exists = _check_destination(dest_root, parts, pods)
     present = _scan_dest(str(destination)) if exists else {}
