@@ -4,6 +4,7 @@ and the fleet report the role wrote on the controller."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -131,7 +132,11 @@ def normalized(value, root):
         return {k: normalized(v, root) for k, v in value.items() if k != "timestamp"}
     if isinstance(value, list):
         return [normalized(v, root) for v in value]
-    return value.replace(root, "<root>") if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    # the root as a path of its own: "/host/proc/1", "chroot /host nvidia-smi" -- not the "/:/host"
+    # of a docker -v example in a note, which names the mount point rather than this node's root
+    return re.sub(r"(?<![:\w])" + re.escape(root) + r"(?![\w.-])", "<root>", value)
 
 
 @pytest.fixture(scope="module")
