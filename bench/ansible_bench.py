@@ -6,6 +6,8 @@ Prints numbers and ratios against baselines measured in the same run; asserts no
     through ansible-runner (``connection: local``): median of ``--runs`` runs each, alternated so
     machine noise hits both alike; the ratio of the task durations (ansible-runner's own
     ``runner_on_ok`` duration) and of the whole ``ansible_runner.run`` calls. Target: facts <= 0.5x setup.
+    ``ansible.builtin.ping`` runs alongside as the floor any module task pays, and the ratio of the work
+    above that floor is printed too.
 (b) a simulated fleet of ``--hosts`` hosts (``connection: local``, pointed round-robin at the
     simulated fleet's fixture hosts): wall time of ``ansible-playbook playbooks/preflight.yml -f N``
     vs ``ansible all -m ping -f N`` on the same inventory. Target: fleet <= 3x ping. A timeline
@@ -151,7 +153,12 @@ def facts_vs_setup(work: Path, runs: int) -> None:
             }
         )
     )
-    modules = {"facts": "gpustack.accelerators.accelerator_facts", "setup": "ansible.builtin.setup"}
+    # ping: the floor every module task pays here (worker fork, AnsiballZ, interpreter start, basic)
+    modules = {
+        "facts": "gpustack.accelerators.accelerator_facts",
+        "setup": "ansible.builtin.setup",
+        "ping": "ansible.builtin.ping",
+    }
     walls: dict[str, list[float]] = {k: [] for k in modules}
     tasks: dict[str, list[float]] = {k: [] for k in modules}
     for module in modules.values():  # warm-up (page cache, .pyc): not counted
@@ -168,6 +175,12 @@ def facts_vs_setup(work: Path, runs: int) -> None:
     wall_ratio = median(walls["facts"]) / median(walls["setup"])
     verdict = "met" if task_ratio <= 0.5 else "MISSED"
     print(f"  ratio facts/setup: task {task_ratio:5.2f}x   whole run {wall_ratio:5.2f}x   (target <= 0.50x: {verdict})")
+    floor = median(tasks["ping"])
+    own = (median(tasks["facts"]) - floor) / max(median(tasks["setup"]) - floor, 1e-9)
+    print(
+        f"  the floor: ping's task is {floor / median(tasks['setup']):4.2f}x setup's; above it, facts' own work is"
+        f" {own:4.2f}x setup's ((facts - ping) / (setup - ping))"
+    )
 
 
 # --- (b) fleet vs ping -----------------------------------------------------------------------------
