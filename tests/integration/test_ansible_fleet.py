@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -69,6 +70,10 @@ def test_fleet_playbook_writes_the_report(
     # one host cannot be read and one cannot be reached: the run fails, after writing the report
     assert proc.returncode != 0, out
     assert "fleet preflight: 20 hosts, 18 ok, 1 unavailable, 1 unreachable" in out
+    # the verdict lands on the hosts it is about: the recap fails exactly the two that are not ok
+    recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.MULTILINE))
+    assert len(recap) == 20, out[-3000:]
+    assert {host for host, failed in recap.items() if failed != "0"} == {"broken-sysfs-01", "gone-01"}, out[-3000:]
     (yaml_path,) = reports.glob("preflight-*.yaml")
     (html_path,) = reports.glob("preflight-*.html")
     doc = yaml.safe_load(yaml_path.read_text())
