@@ -207,7 +207,7 @@ def main():
 
     req = make_request(module)
     try:
-        detection = gpustack_api.run_detect(req)
+        detection = gpustack_api.run_detect(req, interfaces=False)
         outcome = stage_node(detection, Path(module.params["src"]), Path(req.host_root), check=module.check_mode)
     except (HostRootError, StageError) as exc:
         module.fail_json(msg=str(exc))

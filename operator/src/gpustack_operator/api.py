@@ -74,9 +74,10 @@ def make_request(
     )
 
 
-def run_detect(req: Request) -> NodeDetection:
-    """One detection pass. Raises ``HostRootError`` when the host root is unusable."""
-    return detect_node(HostRoot(req.host_root), req.resolved, req.settings, req.no_pci_check)
+def run_detect(req: Request, *, interfaces: bool = True) -> NodeDetection:
+    """One detection pass (``interfaces=False``: without the network inventory). Raises
+    ``HostRootError`` when the host root is unusable."""
+    return detect_node(HostRoot(req.host_root), req.resolved, req.settings, req.no_pci_check, interfaces=interfaces)
 
 
 def detect(req: Request) -> dict[str, object]:
@@ -128,7 +129,7 @@ def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[
     if manufacturer not in req.resolved:
         raise ModeUsageError(f"{manufacturer} was not asked about in this request")
     host = HostRoot(req.host_root)
-    result = detect_node(host, {manufacturer: req.resolved[manufacturer]}, req.settings)
+    result = detect_node(host, {manufacturer: req.resolved[manufacturer]}, req.settings, interfaces=False)
     outcome = result.outcomes[manufacturer]
     if isinstance(outcome, Unmeasured):
         raise ModeError("all", "detection", f"{manufacturer} could not be measured: {outcome.reason}")

@@ -76,11 +76,15 @@ def detect_node(
     resolved: dict[str, Resolved],
     settings: Settings,
     no_pci_check: bool = False,
+    *,
+    interfaces: bool = True,
 ) -> NodeDetection:
     """Run one pass over the manufacturers in ``resolved`` (see :func:`resolve_manufacturers`).
 
     Never raises for what the host holds: a detector that fails or crashes is reported as
-    unmeasured for that manufacturer alone."""
+    unmeasured for that manufacturer alone. ``interfaces=False`` skips the network inventory
+    (``interfaces`` is then ``None``: not taken, no claim) for callers that only need accelerators
+    -- reading driver modes, staging preload libraries."""
     cpu: CpuIdentity | None = None
     cpu_error: str | None = None
     try:
@@ -95,7 +99,7 @@ def detect_node(
         cpu_error=cpu_error,
         pci=pci,
         resolved=resolved,
-        interfaces=read_interfaces(host),
+        interfaces=read_interfaces(host) if interfaces else None,
     )
     for name in sorted(resolved):
         ctx = DetectContext(
