@@ -143,3 +143,21 @@ def test_wanted_subtrees_invariants(groups: list[DevicesGroup], arch: str) -> No
         assert skip.reason
     # pure: the same input gives the same answer
     assert wanted_subtrees(groups, arch) == layout
+
+
+def test_every_manufacturer_declares_its_preload_library_or_why_it_has_none() -> None:
+    """The rule lives in each vendor's identity; a manufacturer added without one is caught here."""
+    from gpustack_operator.manufacturers import REGISTRY
+    from gpustack_operator.manufacturers.base import PreloadLibrary
+
+    declared = {name: m.identity.preload for name, m in REGISTRY.items()}
+    assert all(isinstance(rule, PreloadLibrary) or (isinstance(rule, str) and rule) for rule in declared.values())
+    libraries = {name for name, rule in declared.items() if isinstance(rule, PreloadLibrary)}
+    assert libraries == {"amd", "ascend", "iluvatar", "nvidia", "thead"}
+
+
+def test_a_runtime_subdir_needs_a_default_major() -> None:
+    from gpustack_operator.manufacturers.base import PreloadLibrary
+
+    with pytest.raises(ValueError, match="needs a default major"):
+        PreloadLibrary(directory="x", runtime="cuda")

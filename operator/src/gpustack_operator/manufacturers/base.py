@@ -26,6 +26,28 @@ from gpustack_operator.settings import (
 
 
 @dataclass(frozen=True)
+class PreloadLibrary:
+    """Where a manufacturer's slicing preload library sits in the preload-library tree (spec: "Where
+    the preload libraries come from", "One driver stack per node"); read by ``preload/layout.py``.
+
+    ``directory`` alone is one flat directory for every runtime version. With ``runtime`` (``cuda``,
+    ``cann``) the subtree is ``<directory>/<runtime>-<major>`` -- ``-<family>`` appended when
+    ``per_family`` -- the major taken from the group's runtime version, ``default_major`` when it
+    has none. ``no_arm64`` says why the arm64 image carries no such library (``None``: it does).
+    """
+
+    directory: str
+    runtime: str | None = None
+    default_major: int | None = None
+    per_family: bool = False
+    no_arm64: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.runtime is None) != (self.default_major is None):
+            raise ValueError(f"preload library {self.directory}: a runtime subdir needs a default major, and only it")
+
+
+@dataclass(frozen=True)
 class Identity:
     """What a manufacturer is, as defaults (each overridable, supplement §4.4)."""
 
@@ -39,6 +61,8 @@ class Identity:
     # and none of the nine ships an accelerator as a network controller.
     accelerator_classes: tuple[str, ...] = ("03", "0b", "12")
     partition_kind: str | None = None
+    # The preload library its slices load, or why it takes none (it slices in the driver or hardware).
+    preload: PreloadLibrary | str | None = None
     # PCI device id -> product name as the vendor's own library names it. A device missing here is
     # one the PCI pass cannot name (the vendor backend names it).
     products: Mapping[str, str] = field(default_factory=dict)
@@ -320,6 +344,7 @@ __all__ = [
     "ModeState",
     "Monitor",
     "MonitorOutcome",
+    "PreloadLibrary",
     "Resolved",
     "SettingsError",
     "Unmeasured",

@@ -2,7 +2,9 @@
 from", "One driver stack per node"; reference rules §5 and §9).
 
 The tree under ``/var/lib/gpustack/operator/lib`` has one directory per manufacturer that slices
-through a preload library:
+through a preload library. Each manufacturer declares its own in its identity
+(``manufacturers/<vendor>/identity.py``, :class:`~gpustack_operator.manufacturers.base.PreloadLibrary`),
+which gives today:
 
 ========== ================================ ==================================================
 NVIDIA     ``nvidia/cuda-<major>``          HAMi-core per CUDA major; default major 12 when the
@@ -18,27 +20,22 @@ T-Head     ``thead``                        built from the operator's own source
 ========== ================================ ==================================================
 
 Cambricon, Hygon, MetaX and MThreads enforce slices in the host driver or the hardware and take no
-preload library. The result is pure: it depends only on the groups and the CPU architecture.
+preload library (their identities say so, and why). The result is pure: it depends only on the groups
+and the CPU architecture.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.manufacturers import REGISTRY
+from gpustack_operator.manufacturers.base import PreloadLibrary
 
-NVIDIA_DEFAULT_CUDA_MAJOR = 12
-ASCEND_DEFAULT_CANN_MAJOR = 8
 ARM64 = frozenset({"arm64", "aarch64"})
-
-NO_PRELOAD_LIBRARY = {
-    "cambricon": "Cambricon slices with cnDev sMLU profiles in the driver; it takes no preload library",
-    "hygon": "Hygon slices through the host DTK/hyhal runtime (vdev.conf); it takes no preload library",
-    "metax": "MetaX slices with sysfs sgpu subdevices; it takes no preload library",
-    "mthreads": "MThreads slices with the host sGPU kernel module; it takes no preload library",
-}
 
 
 class SkippedGroup(BaseModel):
@@ -80,12 +77,12 @@ def runtime_major(version: str | None) -> int | None:
     return number
 
 
-def _ascend_family(family: str | None) -> str | None:
-    """``910B`` → ``910b``; ``Ascend910B`` → ``910b`` (the ``Ascend`` prefix is optional)."""
+def _family_dir(manufacturer: str, family: str | None) -> str | None:
+    """A SoC family as a directory-name part: ``910B`` → ``910b``; ``Ascend910B`` → ``910b`` (the
+    manufacturer's own name as a prefix is optional). ``None`` when there is none, or it is unusable."""
     if family is None:
         return None
-    value = family.strip().lower()
-    value = value.removeprefix("ascend")
+    value = family.strip().lower().removeprefix(manufacturer)
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", value):
         return None
     return value
@@ -98,6 +95,30 @@ def _major_or_default(group: DevicesGroup, default: int, what: str, assumptions:
     seen = "unknown" if group.runtime_version is None else f"{group.runtime_version!r} (no major)"
     assumptions.append(f"{group.manufacturer} group {group.id}: {what} version {seen}; assuming major {default}")
     return default
+
+
+def _subtree(
+    group: DevicesGroup, rule: PreloadLibrary, skip: Callable[[DevicesGroup, str], None], assumptions: list[str]
+) -> str | None:
+    """The subtree ``rule`` gives ``group`` (``None``, after ``skip``, when it cannot be named)."""
+    if rule.runtime is None or rule.default_major is None:
+        return rule.directory
+    subdir = rule.runtime
+    suffix = ""
+    if rule.per_family:
+        family = _family_dir(group.manufacturer, group.family)
+        if family is None:
+            brand = REGISTRY[group.manufacturer].identity.display_name
+            skip(
+                group,
+                f"no {brand} SoC family detected"
+                + ("" if group.family is None else f" (unusable family {group.family!r})")
+                + f": the library directory is {subdir}-<major>-<family>, so none is staged",
+            )
+            return None
+        suffix = f"-{family}"
+    major = _major_or_default(group, rule.default_major, rule.runtime.upper(), assumptions)
+    return f"{rule.directory}/{subdir}-{major}{suffix}"
 
 
 def wanted_subtrees(groups: list[DevicesGroup], arch: str) -> Layout:
@@ -116,34 +137,15 @@ def wanted_subtrees(groups: list[DevicesGroup], arch: str) -> Layout:
             skipped.append(entry)
 
     for group in groups:
-        manufacturer = group.manufacturer
-        if manufacturer == "nvidia":
-            major = _major_or_default(group, NVIDIA_DEFAULT_CUDA_MAJOR, "CUDA", assumptions)
-            wanted.add(f"nvidia/cuda-{major}")
-        elif manufacturer == "ascend":
-            family = _ascend_family(group.family)
-            if family is None:
-                skip(
-                    group,
-                    "no Ascend SoC family detected"
-                    + ("" if group.family is None else f" (unusable family {group.family!r})")
-                    + ": the library directory is cann-<major>-<family>, so none is staged",
-                )
-                continue
-            major = _major_or_default(group, ASCEND_DEFAULT_CANN_MAJOR, "CANN", assumptions)
-            wanted.add(f"ascend/cann-{major}-{family}")
-        elif manufacturer == "amd":
-            if on_arm64:
-                skip(group, "ROCm publishes no aarch64 user space: the arm64 image carries no AMD shim")
-                continue
-            wanted.add("amd")
-        elif manufacturer == "thead":
-            if on_arm64:
-                skip(group, "the PPU SDK is x86_64-only: the arm64 image carries no T-Head shim")
-                continue
-            wanted.add("thead")
-        elif manufacturer == "iluvatar":
-            wanted.add("iluvatar")
-        else:
-            skip(group, NO_PRELOAD_LIBRARY.get(manufacturer, f"{manufacturer} takes no preload library"))
+        entry = REGISTRY.get(group.manufacturer)
+        rule = entry.identity.preload if entry is not None else None
+        if not isinstance(rule, PreloadLibrary):
+            skip(group, rule or f"{group.manufacturer} takes no preload library")
+            continue
+        if on_arm64 and rule.no_arm64:
+            skip(group, rule.no_arm64)
+            continue
+        subtree = _subtree(group, rule, skip, assumptions)
+        if subtree is not None:
+            wanted.add(subtree)
     return Layout(subtrees=sorted(wanted), skipped=skipped, assumptions=assumptions)

@@ -1,6 +1,6 @@
 """AMD: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
 
 IDENTITY = Identity(
     name="amd",
@@ -10,6 +10,10 @@ IDENTITY = Identity(
     runtime_name="amd",
     accelerator_classes=("03", "12"),  # Instinct MI300 is a processing accelerator (1200)
     partition_kind=None,
+    # one artifact for every ROCm version
+    preload=PreloadLibrary(
+        directory="amd", no_arm64="ROCm publishes no aarch64 user space: the arm64 image carries no AMD shim"
+    ),
     # Device ids that name one product whatever the revision (libdrm amdgpu.ids). Radeon ids are
     # shared across products (747e is the RX 7800 XT at revision c8 and the RX 7700 XT at ff), so
     # they are named by (device, revision) in products.py and are not listed here.

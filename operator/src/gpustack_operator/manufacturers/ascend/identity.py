@@ -1,6 +1,6 @@
 """Ascend: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
 
 IDENTITY = Identity(
     name="ascend",
@@ -10,6 +10,8 @@ IDENTITY = Identity(
     runtime_name="ascend",
     accelerator_classes=("12",),
     partition_kind=None,
+    # vcann-rt per CANN major and SoC family; major 8 when unknown (reference rules §9)
+    preload=PreloadLibrary(directory="ascend", runtime="cann", default_major=8, per_family=True),
     products={
         "d100": "Ascend310",
         "d500": "Ascend310P",

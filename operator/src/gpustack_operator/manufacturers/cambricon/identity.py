@@ -10,6 +10,7 @@ IDENTITY = Identity(
     runtime_name="cambricon",
     accelerator_classes=("12", "03", "0b"),
     partition_kind=None,
+    preload="Cambricon slices with cnDev sMLU profiles in the driver; it takes no preload library",
     products={
         "0370": "MLU370",
     },

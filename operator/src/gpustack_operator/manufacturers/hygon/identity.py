@@ -10,6 +10,7 @@ IDENTITY = Identity(
     runtime_name="hygon",
     accelerator_classes=("03", "0b", "12"),  # Z100L is 0380, the K100 family 0b40 (co-processor)
     partition_kind="mig",
+    preload="Hygon slices through the host DTK/hyhal runtime (vdev.conf); it takes no preload library",
     # DCU PCI device ids as Hygon's installation guides list them (lspci: ZIFANG / KONGMING), and
     # the names the DCU software stack and hy-smi users call the cards by.
     products={

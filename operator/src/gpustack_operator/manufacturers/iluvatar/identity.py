@@ -1,6 +1,6 @@
 """Iluvatar: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
 
 IDENTITY = Identity(
     name="iluvatar",
@@ -10,5 +10,7 @@ IDENTITY = Identity(
     runtime_name="iluvatar",
     accelerator_classes=("03", "0b", "12"),
     partition_kind=None,
+    # the CUDA 12 HAMi-core build, one flat directory (no runtime-version subdivision)
+    preload=PreloadLibrary(directory="iluvatar"),
     products={},
 )

@@ -10,5 +10,6 @@ IDENTITY = Identity(
     runtime_name="metax",
     accelerator_classes=("03", "0b", "12"),
     partition_kind=None,
+    preload="MetaX slices with sysfs sgpu subdevices; it takes no preload library",
     products={},
 )

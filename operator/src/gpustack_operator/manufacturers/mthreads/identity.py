@@ -10,5 +10,6 @@ IDENTITY = Identity(
     runtime_name="mthreads",
     accelerator_classes=("03", "0b", "12"),
     partition_kind=None,
+    preload="MThreads slices with the host sGPU kernel module; it takes no preload library",
     products={},
 )

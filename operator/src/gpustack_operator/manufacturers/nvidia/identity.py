@@ -1,6 +1,6 @@
 """NVIDIA: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
 
 IDENTITY = Identity(
     name="nvidia",
@@ -10,6 +10,8 @@ IDENTITY = Identity(
     runtime_name="nvidia",
     accelerator_classes=("03",),
     partition_kind="mig",
+    # HAMi-core per CUDA major; major 12 when the runtime version is unknown (reference rules §5)
+    preload=PreloadLibrary(directory="nvidia", runtime="cuda", default_major=12),
     products={
         "2330": "NVIDIA H100 80GB HBM3",
         "2331": "NVIDIA H100 PCIe",

@@ -1,6 +1,6 @@
 """T-Head: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
 
 IDENTITY = Identity(
     name="thead",
@@ -10,5 +10,9 @@ IDENTITY = Identity(
     runtime_name=None,
     accelerator_classes=("03", "0b", "12"),
     partition_kind="mig",
+    # built from the operator's own sources
+    preload=PreloadLibrary(
+        directory="thead", no_arm64="the PPU SDK is x86_64-only: the arm64 image carries no T-Head shim"
+    ),
     products={},
 )
