@@ -42,9 +42,9 @@ from gpustack_operator.manufacturers.base import (
     Measured,
     MonitorOutcome,
     Unmeasured,
+    bus_shows_none,
 )
 from gpustack_operator.manufacturers.groups import Found, build_groups
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
 
 log = logging.getLogger(__name__)
 
@@ -450,7 +450,7 @@ def precheck(ctx: DetectContext) -> DetectOutcome | None:
     problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
     if problems:
         return Unmeasured("; ".join(problems))
-    if not ctx.no_pci_check and not accelerator_devices(ctx):
+    if bus_shows_none(ctx):  # the one rule the registry also applies before importing a backend
         log.debug("%s: no accelerator on the PCI bus", ctx.manufacturer.name)
         return Detected([])
     if not kfd_present(ctx.host):

@@ -41,9 +41,9 @@ from gpustack_operator.manufacturers.base import (
     Measured,
     MonitorOutcome,
     Unmeasured,
+    bus_shows_none,
 )
 from gpustack_operator.manufacturers.groups import Found, build_groups
-from gpustack_operator.manufacturers.pcibackend import accelerator_devices
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def pci_gate(ctx: DetectContext, log: logging.Logger, brand: str, api: str) -> t
     problems = ctx.pci.unreadable_for(ctx.manufacturer.pci.vendor)
     if problems:
         return None, "; ".join(problems)
-    if not accelerator_devices(ctx):
+    if bus_shows_none(ctx):  # the one rule the registry also applies before importing a backend
         log.debug("%s: no %s accelerator on the PCI bus; %s not loaded", ctx.manufacturer.name, brand, api)
         return Detected([]), None
     return None, None
