@@ -6,15 +6,35 @@ On a direct run (host root ``/``) nothing is entered and the command runs as is.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from dataclasses import dataclass
 
-from gpustack_operator.host import HostRoot
+from gpustack_operator.host import HostPathError, HostRoot
 
 HOST_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # A host root has to look like one: a path that merely resembles a host root counts as none.
 MARKER = "/etc"
+
+
+def which(host: HostRoot, name: str, *, executable: bool = False) -> str | None:
+    """Where the host carries ``name`` on its standard PATH (:data:`HOST_PATH`), read through the
+    host root (links resolved inside it), or ``None``. ``executable``: only a regular file with an
+    execute bit counts, not any entry of that name."""
+    for directory in HOST_PATH:
+        path = f"{directory}/{name}"
+        if not executable:
+            if host.exists(path):
+                return path
+            continue
+        try:
+            disk = host.path(path)
+        except HostPathError:
+            continue
+        if disk.is_file() and os.access(disk, os.X_OK):
+            return path
+    return None
 
 
 class HostExecError(Exception):
@@ -51,11 +71,7 @@ class HostExec:
 
     def which(self, name: str) -> str | None:
         """Where the host carries ``name`` on its standard PATH, read through the host root."""
-        host = HostRoot(self.root)
-        for directory in HOST_PATH:
-            if host.exists(f"{directory}/{name}"):
-                return f"{directory}/{name}"
-        return None
+        return which(HostRoot(self.root), name)
 
     def run(self, name: str, *args: str) -> str:
         """Run the host's ``name``; its stdout, or :class:`HostExecError` naming what failed."""

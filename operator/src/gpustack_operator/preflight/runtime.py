@@ -38,12 +38,12 @@ carries no such executable every container step is emitted, and the result says 
 
 from __future__ import annotations
 
-import os
 from enum import StrEnum
 
-from gpustack_operator.host import HostPathError, HostRoot
+from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import CamelModel
 from gpustack_operator.preflight.hostexec import HOST_PATH
+from gpustack_operator.preflight.hostexec import which as host_which
 from gpustack_operator.preflight.kubelet import KubeletReading, Outcome
 
 CONTAINERD_NAMESPACE = "gpustack-preflight"
@@ -127,15 +127,7 @@ class RuntimeResolution(CamelModel):
 def which(host: HostRoot, name: str) -> str | None:
     """Where the host carries ``name`` as an executable file on its standard PATH (links resolved
     inside the host root), or ``None``."""
-    for directory in HOST_PATH:
-        path = f"{directory}/{name}"
-        try:
-            disk = host.path(path)
-        except HostPathError:
-            continue
-        if disk.is_file() and os.access(disk, os.X_OK):
-            return path
-    return None
+    return host_which(host, name, executable=True)
 
 
 def socket_of(endpoint: str) -> str | None:
