@@ -62,30 +62,36 @@ def task_args(args: dict[str, Any], check_mode: bool, diff: bool) -> dict[str, A
     return full
 
 
+def _outcome(
+    main: Callable[[], None],
+    args: dict[str, Any],
+    expected: type[AnsibleExitJson | AnsibleFailJson],
+    check_mode: bool,
+    diff: bool,
+) -> dict[str, Any]:
+    """Run ``main()`` with exit_json / fail_json patched; it must end in ``expected`` (the other one
+    propagates, carrying the module's result or message)."""
+    with (
+        set_module_args(task_args(args, check_mode, diff)),
+        mock.patch.multiple(basic.AnsibleModule, exit_json=_exit_json, fail_json=_fail_json),
+        pytest.raises(expected) as info,
+    ):
+        main()
+    return info.value.result
+
+
 def exit_result(
     main: Callable[[], None], args: dict[str, Any], *, check_mode: bool = False, diff: bool = False
 ) -> dict[str, Any]:
     """Run ``main()``; it must succeed. An ``AnsibleFailJson`` propagates with the module's message."""
-    with (
-        set_module_args(task_args(args, check_mode, diff)),
-        mock.patch.multiple(basic.AnsibleModule, exit_json=_exit_json, fail_json=_fail_json),
-        pytest.raises(AnsibleExitJson) as info,
-    ):
-        main()
-    return info.value.result
+    return _outcome(main, args, AnsibleExitJson, check_mode, diff)
 
 
 def fail_result(
     main: Callable[[], None], args: dict[str, Any], *, check_mode: bool = False, diff: bool = False
 ) -> dict[str, Any]:
     """Run ``main()``; it must fail the task. An ``AnsibleExitJson`` propagates with the result."""
-    with (
-        set_module_args(task_args(args, check_mode, diff)),
-        mock.patch.multiple(basic.AnsibleModule, exit_json=_exit_json, fail_json=_fail_json),
-        pytest.raises(AnsibleFailJson) as info,
-    ):
-        main()
-    return info.value.result
+    return _outcome(main, args, AnsibleFailJson, check_mode, diff)
 
 
 def printed_result(
