@@ -26,7 +26,7 @@ def context(root: Path) -> tuple[DetectContext, list[DevicesGroup]]:
     result = detect_node(hr, resolved, settings)
     outcome = result.outcomes["nvidia"]
     assert isinstance(outcome, Detected)
-    return DetectContext(host=hr, pci=result.pci, settings=settings, manufacturer=resolved["nvidia"]), outcome.groups
+    return DetectContext(view=hr, pci=result.pci, settings=settings, manufacturer=resolved["nvidia"]), outcome.groups
 
 
 def read(root: Path) -> list[ModeState]:

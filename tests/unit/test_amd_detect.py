@@ -30,7 +30,7 @@ NODES = "sys/devices/virtual/kfd/kfd/topology/nodes"
 def context(root: Path, manufacturer: str, no_pci_check: bool = False) -> DetectContext:
     hr = HostRoot(root)
     return DetectContext(
-        host=hr,
+        view=hr,
         pci=scan_pci(hr),
         settings=Settings(),
         manufacturer=resolve(REGISTRY[manufacturer].identity),

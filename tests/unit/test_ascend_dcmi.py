@@ -39,7 +39,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def ctx(root: Path, no_pci_check: bool = False) -> DetectContext:
     h = HostRoot(root)
     return DetectContext(
-        host=h, pci=scan_pci(h), settings=load_settings(), manufacturer=resolve(IDENTITY), no_pci_check=no_pci_check
+        view=h, pci=scan_pci(h), settings=load_settings(), manufacturer=resolve(IDENTITY), no_pci_check=no_pci_check
     )
 
 

@@ -45,7 +45,7 @@ def detect(root: Path) -> Detected | Unmeasured:
 def context(root: Path) -> DetectContext:
     resolved = resolve_manufacturers(["cambricon"])["cambricon"]
     host_root = HostRoot(root)
-    return DetectContext(host=host_root, pci=scan_pci(host_root), settings=load_settings(), manufacturer=resolved)
+    return DetectContext(view=host_root, pci=scan_pci(host_root), settings=load_settings(), manufacturer=resolved)
 
 
 # -- parsers -----------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def detect(root: Path) -> Detected | Unmeasured:
 def context(root: Path) -> DetectContext:
     host_root = HostRoot(root)
     return DetectContext(
-        host=host_root,
+        view=host_root,
         pci=scan_pci(host_root),
         settings=load_settings(),
         manufacturer=resolve_manufacturers(["metax"])["metax"],

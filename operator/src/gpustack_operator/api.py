@@ -133,7 +133,7 @@ def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[
     outcome = result.outcomes[manufacturer]
     if isinstance(outcome, Unmeasured):
         raise ModeError("all", "detection", f"{manufacturer} could not be measured: {outcome.reason}")
-    ctx = DetectContext(host=host, pci=result.pci, settings=req.settings, manufacturer=req.resolved[manufacturer])
+    ctx = DetectContext(view=host, pci=result.pci, settings=req.settings, manufacturer=req.resolved[manufacturer])
     return ctx, outcome.groups
 
 

@@ -103,7 +103,7 @@ def detect_node(
     )
     for name in sorted(resolved):
         ctx = DetectContext(
-            host=host, pci=pci, settings=settings, manufacturer=resolved[name], no_pci_check=no_pci_check
+            view=host, pci=pci, settings=settings, manufacturer=resolved[name], no_pci_check=no_pci_check
         )
         try:
             outcome = REGISTRY[name].detect(ctx)
@@ -132,7 +132,7 @@ def monitor_node(host: HostRoot, resolved: dict[str, Resolved], settings: Settin
         if monitor is None:
             sample.outcomes[name] = Unmeasured("this manufacturer has no usage monitor in this version")
             continue
-        ctx = DetectContext(host=host, pci=pci, settings=settings, manufacturer=resolved[name])
+        ctx = DetectContext(view=host, pci=pci, settings=settings, manufacturer=resolved[name])
         try:
             sample.outcomes[name] = monitor(ctx)
         except Exception as exc:

@@ -127,9 +127,14 @@ DetectOutcome = Detected | Unmeasured
 
 @dataclass(frozen=True)
 class DetectContext:
-    """What a detector may read: the host, the node-wide PCI scan, the settings."""
+    """What a detector may read: the node view, the node-wide PCI scan, the settings.
 
-    host: HostRoot
+    ``view`` is the node *as this process sees it* -- its own ``/sys``, ``/dev`` and the vendor
+    library where it is mounted or injected (``/`` in production; a fixture tree in tests). It is
+    never the preflight's host root: what the container cannot see, detection must not see either,
+    or "eight accelerators your container cannot reach" reads as "ok"."""
+
+    view: HostRoot
     pci: PciScan
     settings: Settings
     manufacturer: Resolved

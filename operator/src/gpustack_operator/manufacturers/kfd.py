@@ -432,12 +432,12 @@ def belongs(ctx: DetectContext, gpu: KfdGpu) -> bool:
 
 def enumerate_accelerators(ctx: DetectContext) -> list[KfdAccelerator]:
     """This manufacturer's GPU nodes, in KFD order. Raises :class:`KfdError`."""
-    gpus = [gpu_of(n) for n in read_nodes(ctx.host) if n.is_gpu]
+    gpus = [gpu_of(n) for n in read_nodes(ctx.view) if n.is_gpu]
     mine = [g for g in gpus if belongs(ctx, g)]
     per_function = Counter(g.bus_id for g in mine)
     out = []
     for gpu in mine:
-        drm = read_drm(ctx.host, gpu)
+        drm = read_drm(ctx.view, gpu)
         partitioned = per_function[gpu.bus_id] > 1
         memory = vram_bytes(drm.vram_total, gpu.node.mem_bank_bytes, partitioned)
         out.append(KfdAccelerator(gpu=gpu, drm=drm, memory_bytes=memory))
@@ -453,7 +453,7 @@ def precheck(ctx: DetectContext) -> DetectOutcome | None:
     if bus_shows_none(ctx):  # the one rule the registry also applies before importing a backend
         log.debug("%s: no accelerator on the PCI bus", ctx.manufacturer.name)
         return Detected([])
-    if not kfd_present(ctx.host):
+    if not kfd_present(ctx.view):
         log.info(
             "%s: %s is absent (the driver is not loaded), so nothing is detected", ctx.manufacturer.name, KFD_CLASS
         )
@@ -488,8 +488,8 @@ def detect(ctx: DetectContext, vendor: KfdVendor) -> DetectOutcome:
         return early
     try:
         accelerators = enumerate_accelerators(ctx)
-        driver = vendor.driver_version(ctx.host)
-        runtime = vendor.runtime_version(ctx.host)
+        driver = vendor.driver_version(ctx.view)
+        runtime = vendor.runtime_version(ctx.view)
         found = [f for a in accelerators if (f := found_of(ctx, vendor, a, driver, runtime)) is not None]
     except KfdError as exc:
         return Unmeasured(str(exc))
@@ -549,7 +549,7 @@ def monitor(ctx: DetectContext, vendor: KfdVendor) -> MonitorOutcome:
     if early is not None:
         return Measured([])
     try:
-        samples = [sample(ctx.host, a, vendor) for a in enumerate_accelerators(ctx) if a.gpu.unique_id]
+        samples = [sample(ctx.view, a, vendor) for a in enumerate_accelerators(ctx) if a.gpu.unique_id]
     except KfdError as exc:
         return Unmeasured(str(exc))
     return Measured(samples)

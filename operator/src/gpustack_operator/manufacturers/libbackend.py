@@ -164,7 +164,7 @@ def pci_gate(ctx: DetectContext, log: logging.Logger, brand: str, api: str) -> t
 def session[S, H](backend: LibraryBackend[S, H], ctx: DetectContext) -> Iterator[S | str]:
     """The opened library, or the reason there is none (absent, unloadable, init refused); closed
     afterwards."""
-    path = find_library(ctx.host, backend.library)
+    path = find_library(ctx.view, backend.library)
     if path is None:
         yield backend.not_found
         return

@@ -94,7 +94,7 @@ def converge(
         raise ModeError(states[0].accelerator if states else "all", driver.mode, "this mode is read-only")
     if not enabled and not force:
         turning_off = [s.accelerator for s in states if ModePlan(s, enabled).needed]
-        held = holders(ctx.host, ctx.manufacturer.name, set(turning_off)) if turning_off else []
+        held = holders(ctx.view, ctx.manufacturer.name, set(turning_off)) if turning_off else []
         if held:
             raise SlicesHeldError(driver.mode, turning_off, held)
     changes: list[ModeChange] = []

@@ -149,7 +149,7 @@ def topology_of(gpu: kfd.KfdGpu) -> CuMaskTopology:
 def read_topologies(ctx: DetectContext) -> dict[str, CuMaskTopology]:
     """Every accelerator's mask topology by accelerator id, from the same KFD reading detection
     uses. Raises :class:`kfd.KfdError` when the topology cannot be read."""
-    if not kfd.kfd_present(ctx.host):
+    if not kfd.kfd_present(ctx.view):
         raise kfd.KfdError(kfd.KFD_CLASS, "absent: the amdgpu driver has not brought KFD up")
     return {a.gpu.uuid: topology_of(a.gpu) for a in kfd.enumerate_accelerators(ctx) if a.gpu.unique_id}
 

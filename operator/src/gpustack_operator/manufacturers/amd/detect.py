@@ -31,7 +31,7 @@ def name_of(ctx: DetectContext, acc: kfd.KfdAccelerator) -> str:
     rows — then the manufacturer's device-id table, then the board's FRU ``product_name``. Empty when
     none names the card (the preflight then reports it unnamed rather than inventing a name)."""
     device = f"{acc.gpu.device_id:04x}"
-    name = marketing_name(host_tables(ctx.host), device, acc.drm.revision)
+    name = marketing_name(host_tables(ctx.view), device, acc.drm.revision)
     if name:
         return name
     return ctx.manufacturer.identity.products.get(device) or acc.drm.product_name or ""

@@ -106,7 +106,7 @@ class Versions:
 def read_versions(ctx: DetectContext, dcmi: Dcmi) -> Versions:
     """CANN from the toolkit files; the driver from DCMI (V1 only), else the driver's version.info
     (V1 only: on V2 the driver version is absent by the spec, whatever is on disk)."""
-    cann = read_cann_version(ctx.host)
+    cann = read_cann_version(ctx.view)
     driver: str | None = None
     if dcmi.api == "v1":
         try:
@@ -114,7 +114,7 @@ def read_versions(ctx: DetectContext, dcmi: Dcmi) -> Versions:
         except DcmiError as exc:
             log.debug("ascend: driver version from DCMI: %s; reading version.info", exc)
         if driver is None:
-            driver = read_driver_version(ctx.host)
+            driver = read_driver_version(ctx.view)
     return Versions(driver=driver, runtime=normalize_version(cann), cann=cann)
 
 
@@ -187,7 +187,7 @@ def found_npus(ctx: DetectContext) -> tuple[str | None, list[Found]]:
     """``(generation, found)`` — ``(None, [])`` when the library is absent or will not initialise.
     Raises :class:`DcmiError` when an initialised library cannot enumerate."""
     try:
-        dcmi = open_dcmi(ctx.host)
+        dcmi = open_dcmi(ctx.view)
     except DcmiUnavailableError as exc:
         log.info("ascend: %s", exc)
         return None, []
@@ -250,7 +250,7 @@ def monitor(ctx: DetectContext) -> MonitorOutcome:
     if gate is not None:
         return Measured([])
     try:
-        dcmi = open_dcmi(ctx.host)
+        dcmi = open_dcmi(ctx.view)
     except DcmiUnavailableError as exc:
         log.info("ascend: %s", exc)
         return Measured([])

@@ -66,7 +66,7 @@ class ContainerShare:
     def read(self, ctx: DetectContext, groups: list[DevicesGroup]) -> list[ModeState]:
         accelerators = [a for g in groups for a in g.accelerators]
         try:
-            dcmi = open_dcmi(ctx.host)
+            dcmi = open_dcmi(ctx.view)
         except DcmiUnavailableError as exc:
             return [self._state(a, None, detail=f"{NOT_LOADED}: {exc}") for a in accelerators]
         if dcmi.api == "v2":
@@ -107,7 +107,7 @@ class ContainerShare:
 
     def set(self, ctx: DetectContext, state: ModeState, enabled: bool) -> ModeChange:
         try:
-            dcmi = open_dcmi(ctx.host)
+            dcmi = open_dcmi(ctx.view)
         except DcmiUnavailableError as exc:
             raise ModeError(state.accelerator, MODE, f"{NOT_LOADED}, so nothing was written ({exc})") from None
         if dcmi.api == "v2":

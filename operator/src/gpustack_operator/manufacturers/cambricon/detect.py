@@ -111,7 +111,7 @@ class CnDevBackend:
 
     def versions(self, cn: CnDev, ctx: DetectContext) -> Versions:
         # the driver version is per card (cndevGetVersionInfo takes a device), read in found()
-        return Versions(runtime=read_neuware_version(ctx.host, os.environ.get("NEUWARE_HOME")))
+        return Versions(runtime=read_neuware_version(ctx.view, os.environ.get("NEUWARE_HOME")))
 
     def found(self, cn: CnDev, ctx: DetectContext, device: Device[int], memory_mib: int, versions: Versions) -> Found:
         bus = pci_address(self, device, lambda: cn.pci_bus_id(device.handle))

@@ -123,7 +123,7 @@ class MxsmlBackend:
             name=device.name,
             memory_mib=memory_mib,
             pci_bus_id=bus,
-            physical_indexes=(drm_indexes(ctx.host, bus) if bus else []) or [device.index],
+            physical_indexes=(drm_indexes(ctx.view, bus) if bus else []) or [device.index],
             driver_version=versions.driver,
             runtime_version=versions.runtime,
             family=metax_family(device.name),

@@ -98,7 +98,7 @@ class SgpuMode:
     writable = False
 
     def read(self, ctx: DetectContext, groups: list[DevicesGroup]) -> list[ModeState]:
-        return [read_registry(ctx.host, a) for g in groups for a in g.accelerators]
+        return [read_registry(ctx.view, a) for g in groups for a in g.accelerators]
 
     def set(self, ctx: DetectContext, state: ModeState, enabled: bool) -> ModeChange:
         raise ModeError(

@@ -65,7 +65,7 @@ def detect(ctx: DetectContext) -> DetectOutcome:
     if gate is not None:
         return gate
     try:
-        with open_nvml(ctx.host) as nvml:
+        with open_nvml(ctx.view) as nvml:
             found = enumerate_devices(nvml)
     except NvmlUnavailableError as exc:
         log.info("nvidia: %s; reporting no NVIDIA accelerator", exc.reason)

@@ -65,7 +65,7 @@ class MigMode:
         if not accelerators:
             return []
         try:
-            with open_nvml(ctx.host) as nvml:
+            with open_nvml(ctx.view) as nvml:
                 return [self._read_one(nvml, uuid, index) for uuid, index in accelerators]
         except NvmlUnavailableError as exc:
             return [
@@ -75,7 +75,7 @@ class MigMode:
 
     def set(self, ctx: DetectContext, state: ModeState, enabled: bool) -> ModeChange:
         try:
-            with open_nvml(ctx.host) as nvml:
+            with open_nvml(ctx.view) as nvml:
                 return self._set(nvml, state, enabled)
         except NvmlUnavailableError as exc:
             raise ModeError(

@@ -39,7 +39,7 @@ def monitor(ctx: DetectContext) -> MonitorOutcome:
     if isinstance(gate, Detected):
         return Measured([])
     try:
-        with open_nvml(ctx.host) as nvml:
+        with open_nvml(ctx.view) as nvml:
             return Measured(sample_devices(nvml))
     except NvmlUnavailableError as exc:
         log.info("nvidia: %s; nothing to sample", exc.reason)
