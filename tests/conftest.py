@@ -8,6 +8,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis profiles for the parsers of host and user input (issue 8, "hostile input"):
+#   ci       -- what `make test` runs: a few hundred examples per parser, no deadline (CI timing noise);
+#   hostile  -- on demand, >= 100k examples per parser with a 100 ms deadline per input:
+#               HYPOTHESIS_PROFILE=hostile .venv/bin/pytest -m hostile -p no:cacheprovider
+# Property tests never hard-code max_examples, so the profile decides.
+settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "hostile", max_examples=100_000, deadline=100, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
