@@ -16,9 +16,7 @@ from hypothesis import HealthCheck, settings
 #               HYPOTHESIS_PROFILE=hostile .venv/bin/pytest -m hostile -p no:cacheprovider
 # Property tests never hard-code max_examples, so the profile decides.
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile(
-    "hostile", max_examples=100_000, deadline=100, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("hostile", max_examples=100_000, deadline=100, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,3 +86,13 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
         PATH=f"{BIN}:{env.get('PATH', '')}",
     )
     return env
+
+
+def empty(outcome: object) -> object:
+    """Assert a detection outcome is the measured "nothing here" (``Detected`` with no group) and
+    return it, so a test can go on to check the evidence beside it (``driver``, ``dropped``)."""
+    from gpustack_operator.manufacturers.base import Detected
+
+    assert isinstance(outcome, Detected), outcome
+    assert outcome.groups == [], outcome.groups
+    return outcome

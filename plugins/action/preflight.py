@@ -8,4 +8,4 @@ from ansible_collections.gpustack.accelerators.plugins.plugin_utils.inventory_de
 
 
 class ActionModule(InventoryDefaultsAction):
-    pass
+    DEFAULTED = ("host_root", "manufacturers", "detect_root")

@@ -12,6 +12,8 @@ options:
         symlinks included (absolute links are re-rooted, nothing escapes it).
       - Defaults to the host's C(gpustack_host_root) inventory variable when set, else C(/host)
         when the node's root is mounted there (the container shape), otherwise C(/).
+      - The module runs on the node, so this one root is both what the detect pass reads and where the
+        node's own CLIs and files are. An empty or blank value is refused.
     type: path
 requirements:
   - the C(gpustack-operator) Python package importable by the target's Python (the

@@ -44,13 +44,23 @@ def require_gpustack(module):
         )
 
 
-def make_request(module, manufacturers=None):
-    """Validate host_root/manufacturers the way the CLI does; fail the task on a bad value."""
+def make_request(module, manufacturers=None, root_option="host_root"):
+    """Validate host_root/manufacturers the way the CLI does; fail the task on a bad value.
+
+    A module runs on the node itself, so the node view its detect pass reads and the node's root are
+    one directory: ``host_root`` (``root_option`` names another option that may relocate the view).
+    An empty or blank path is refused, never read as ``/``."""
     from gpustack_operator.manufacturers import UnknownManufacturerError
     from gpustack_operator.settings import SettingsError
 
     try:
         wanted = manufacturers if manufacturers is not None else module.params.get("manufacturers")
-        return gpustack_api.make_request(module.params.get("host_root"), wanted)
-    except (UnknownManufacturerError, SettingsError) as exc:
+        root = module.params.get(root_option)
+        if root is None and root_option != "host_root":
+            root = module.params.get("host_root")
+        gpustack_api.check_root(module.params.get("host_root"), "host_root")
+        if root is None:
+            root = gpustack_api.default_host_root()
+        return gpustack_api.make_request(root, wanted)
+    except (UnknownManufacturerError, SettingsError, ValueError) as exc:
         module.fail_json(msg=str(exc))

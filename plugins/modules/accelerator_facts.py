@@ -91,7 +91,7 @@ ansible_facts:
       contains:
         node:
           description: >-
-            hostRoot, cpu (vendor_id, family, id, name, cores, threads, arch), generalNodeKey,
+            root (the node view read), cpu (vendor_id, family, id, name, cores, threads, arch), generalNodeKey,
             labels, and unmeasured (manufacturer -> reason) when a detector could not measure.
           type: dict
           returned: always

@@ -43,6 +43,13 @@ options:
       - Validated before the pass (a malformed reference fails the task naming the problem) and returned as
         RV(probe_image). This version starts no probe container, which the groups' notes say.
     type: str
+  detect_root:
+    description:
+      - The node view the detect pass reads as its own (its C(/sys), C(/dev) and vendor libraries), when
+        it is not O(host_root) -- e.g. a captured container view replayed against its host.
+      - Defaults to O(host_root): on the node itself the two contexts are one root. O(host_root) is then
+        only entered for the host's own vendor CLI and read for the kubelet's configuration.
+    type: path
   dry_run:
     description:
       - Print container steps instead of taking them; write nothing to the host.
@@ -239,13 +246,19 @@ def main():
     argument_spec["fail_on"] = dict(type="str", choices=["unavailable", "never"], default="unavailable")
     argument_spec["runtime"] = dict(type="str", choices=RUNTIMES)
     argument_spec["probe_image"] = dict(type="str")
+    argument_spec["detect_root"] = dict(type="path")
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_gpustack(module)
-    req = make_request(module)
+    req = make_request(module, root_option="detect_root")
+    host_root = module.params["host_root"] or gpustack_api.default_host_root()
     dry_run = bool(module.params["dry_run"] or module.check_mode)
     try:
         report = gpustack_api.run_preflight(
-            req, dry_run=dry_run, runtime=module.params["runtime"], probe_image=module.params["probe_image"]
+            req,
+            dry_run=dry_run,
+            runtime=module.params["runtime"],
+            probe_image=module.params["probe_image"],
+            host_root=host_root,
         )
     except ValueError as exc:  # a probe image that is no image reference (runtime choices are Ansible's)
         module.fail_json(msg="preflight: %s" % exc)

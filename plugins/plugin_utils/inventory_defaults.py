@@ -12,6 +12,8 @@ from ansible.plugins.action import ActionBase
 INVENTORY_DEFAULTS = {
     "host_root": "gpustack_host_root",
     "manufacturers": "gpustack_manufacturers",
+    # preflight only: a node view apart from the host root (a captured container view)
+    "detect_root": "gpustack_detect_root",
 }
 
 
@@ -20,7 +22,7 @@ class InventoryDefaultsAction(ActionBase):
 
     _requires_connection = True
     # Which of INVENTORY_DEFAULTS this module takes (driver_mode has a single manufacturer option).
-    DEFAULTED = tuple(INVENTORY_DEFAULTS)
+    DEFAULTED = ("host_root", "manufacturers")
 
     def defaulted_args(self, task_vars):
         """The task's arguments with the DEFAULTED options filled from inventory variables."""

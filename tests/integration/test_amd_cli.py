@@ -113,7 +113,16 @@ def test_hygon_slices_four_without_overcommit() -> None:
     ],
 )
 def test_preflight_detection(name: str, manufacturer: str, detail: str) -> None:
-    proc = run_cli("dm", "preflight", "--host-root", str(host(name)), "--manufacturer", "amd,hygon")
+    proc = run_cli(
+        "dm",
+        "preflight",
+        "--detect-root",
+        str(host(name)),
+        "--host-root",
+        str(host(name)),
+        "--manufacturer",
+        "amd,hygon",
+    )
     assert proc.returncode == 0, proc.stderr
     groups = {g["manufacturer"]: g for g in yaml.safe_load(proc.stdout)["accelerators"]}
     det = groups[manufacturer]["detection"]
@@ -126,7 +135,7 @@ def test_garbled_properties_make_preflight_unavailable(tmp_path: Path) -> None:
     root = copy_host("mi300x-8x", tmp_path)
     props = root / "sys/devices/virtual/kfd/kfd/topology/nodes/7/properties"
     props.write_text(props.read_text().replace("gfx_target_version 90402", "gfx_target_version gfx942"))
-    proc = run_cli("dm", "preflight", "--host-root", str(root), "--manufacturer", "amd")
+    proc = run_cli("dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--manufacturer", "amd")
     assert proc.returncode != 0
     (group,) = yaml.safe_load(proc.stdout)["accelerators"]
     assert group["detection"]["state"] == "unavailable"
@@ -136,7 +145,7 @@ def test_garbled_properties_make_preflight_unavailable(tmp_path: Path) -> None:
     assert "nodes/7/properties" in doc["node"]["unmeasured"]["amd"]  # type: ignore[index]
 
 
-def test_driver_not_loaded_is_not_declared(tmp_path: Path) -> None:
+def test_driver_not_loaded_is_unavailable_in_preflight_and_empty_in_detect(tmp_path: Path) -> None:
     root = copy_host("radeon-7800xt", tmp_path)
     (root / "sys/class/kfd/kfd").unlink()
     (root / "sys/class/kfd").rmdir()
@@ -144,11 +153,13 @@ def test_driver_not_loaded_is_not_declared(tmp_path: Path) -> None:
     (root / "usr/bin/rocm-smi").write_text(
         "#!/bin/sh\nprintf 'ERROR:root:Driver not initialized (amdgpu not found in modules)\\n' >&2\nexit 2\n"
     )
-    proc = run_cli("dm", "preflight", "--host-root", str(root), "--manufacturer", "amd")
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--manufacturer", "amd")
+    assert proc.returncode == 1, proc.stderr
     (group,) = yaml.safe_load(proc.stdout)["accelerators"]
-    assert group["detection"]["state"] == "not-declared"
-    assert "Driver not initialized" in group["detection"]["host"]["reason"]
+    det = group["detection"]
+    assert det["state"] == "unavailable"
+    assert "the PCI bus shows 1 accelerator(s)" in det["reason"] and "/sys/class/kfd is absent" in det["reason"]
+    assert "Driver not initialized" in det["host"]["reason"]
     rc, doc = detect_doc(root, "--manufacturer", "amd")
     assert rc == 0 and doc["groups"] == []
 

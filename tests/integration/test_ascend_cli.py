@@ -147,7 +147,16 @@ def test_container_share_on_v2_is_undeclared() -> None:
 
 def test_preflight_names_both_generations() -> None:
     for name, detail in (("ascend-910b-8x", "Ascend910B2 x8"), ("ascend-950pr-v2", "Ascend950PR x8")):
-        rc, out, err = cli("dm", "preflight", "--host-root", str(host(name)), "--manufacturer", "ascend")
+        rc, out, err = cli(
+            "dm",
+            "preflight",
+            "--detect-root",
+            str(host(name)),
+            "--host-root",
+            str(host(name)),
+            "--manufacturer",
+            "ascend",
+        )
         assert rc == 0, err
         (group,) = yaml.safe_load(out)["accelerators"]
         assert (group["detection"]["state"], group["detection"]["detail"]) == ("ok", detail)

@@ -87,7 +87,7 @@ def test_manufacturer_filter() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_preflight(name: str) -> None:
     _, found = EXPECTED[name]
-    proc = run_cli("dm", "preflight", "--host-root", str(host(name)))
+    proc = run_cli("dm", "preflight", "--detect-root", str(host(name)), "--host-root", str(host(name)))
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load(proc.stdout)
     assert list(doc) == ["accelerators", "network", "topology"]
@@ -108,7 +108,9 @@ def test_preflight(name: str) -> None:
 
 
 def test_unreadable_sysfs_is_unavailable_not_empty() -> None:
-    proc = run_cli("dm", "preflight", "--host-root", str(host("unreadable-sysfs")))
+    proc = run_cli(
+        "dm", "preflight", "--detect-root", str(host("unreadable-sysfs")), "--host-root", str(host("unreadable-sysfs"))
+    )
     assert proc.returncode == 1
     doc = yaml.safe_load(proc.stdout)
     for g in doc["accelerators"]:
@@ -132,7 +134,16 @@ def test_escaping_symlinks_stay_inside_the_root() -> None:
 
 
 def test_preflight_with_bad_root_still_writes_the_document(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    proc = run_cli("dm", "preflight", "--host-root", str(tmp_path / "nope"), "--manufacturer", "nvidia")
+    proc = run_cli(
+        "dm",
+        "preflight",
+        "--detect-root",
+        str(tmp_path / "nope"),
+        "--host-root",
+        str(tmp_path / "nope"),
+        "--manufacturer",
+        "nvidia",
+    )
     assert proc.returncode == 1
     doc = yaml.safe_load(proc.stdout)
     assert doc["accelerators"][0]["detection"]["state"] == "unavailable"

@@ -188,10 +188,15 @@ def test_driver_installed_but_not_loaded_is_no_accelerator() -> None:
     # NFD sees a known vendor's card, so it does not mark the node "false"; the DM claims nothing
     assert "feature.gpustack.ai/acceleratable" not in labels
     assert not any(k.startswith(f"{LABEL}nvidia") for k in labels)
-    proc = run_cli("dm", "preflight", "--host-root", str(root), "--manufacturer", "nvidia")
-    assert proc.returncode == 0, proc.stderr
+    # the ledger's "empty, no error" stands (above); preflight never reads a half-installed node as
+    # "no NVIDIA accelerator": the bus shows two, the driver named none
+    proc = run_cli("dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--manufacturer", "nvidia")
+    assert proc.returncode == 1, proc.stderr
     (group,) = yaml.safe_load(proc.stdout)["accelerators"]
-    assert group["detection"]["state"] == "not-declared"
+    det = group["detection"]
+    assert det["state"] == "unavailable"
+    assert "the PCI bus shows 2 accelerator(s)" in det["reason"] and "0000:01:00.0, 0000:41:00.0" in det["reason"]
+    assert "Driver Not Loaded" in det["reason"] and "install and load the vendor driver" in det["reason"]
 
 
 def test_driver_loaded_later_is_seen_on_the_next_pass(tmp_path: Path) -> None:
@@ -228,7 +233,7 @@ def test_count_failure_is_unmeasured(tmp_path: Path) -> None:
     assert "could not enumerate" in reason and "nvmlDeviceGetCount" in reason and "Unknown Error" in reason
     assert "nvidia could not be measured" in stderr
     assert "feature.gpustack.ai/acceleratable" not in doc["node"]["labels"]  # no claim either way
-    proc = run_cli("dm", "preflight", "--host-root", str(root), "--manufacturer", "nvidia")
+    proc = run_cli("dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--manufacturer", "nvidia")
     assert proc.returncode == 1
     (group,) = yaml.safe_load(proc.stdout)["accelerators"]
     assert group["detection"]["state"] == "unavailable"

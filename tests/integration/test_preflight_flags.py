@@ -22,13 +22,24 @@ def kubeadm(tmp_path: Path) -> Path:
 
 
 def preflight(root: Path | str, *args: str) -> tuple[int, dict[str, object], str]:
-    proc = run_cli("dm", "preflight", "--host-root", str(root), "--manufacturer", "nvidia,amd", *args)
+    proc = run_cli(
+        "dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--manufacturer", "nvidia,amd", *args
+    )
     return proc.returncode, yaml.safe_load(proc.stdout) if proc.stdout else {}, proc.stderr
 
 
 @pytest.mark.parametrize("value", ["podman", "Docker", "", "crio"])
 def test_runtime_outside_the_three_is_a_usage_error_before_the_pass(value: str) -> None:
-    proc = run_cli("dm", "preflight", "--host-root", str(host("cpu-only-vm")), "--runtime", value)
+    proc = run_cli(
+        "dm",
+        "preflight",
+        "--detect-root",
+        str(host("cpu-only-vm")),
+        "--host-root",
+        str(host("cpu-only-vm")),
+        "--runtime",
+        value,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""  # refused before the pass: no document
     assert f"argument --runtime: {value!r} is not a container runtime preflight can drive" in proc.stderr
@@ -46,7 +57,16 @@ def test_runtime_outside_the_three_is_a_usage_error_before_the_pass(value: str) 
     ],
 )
 def test_bad_probe_image_is_a_usage_error_naming_the_problem(image: str, problem: str) -> None:
-    proc = run_cli("dm", "preflight", "--host-root", str(host("cpu-only-vm")), "--probe-image", image)
+    proc = run_cli(
+        "dm",
+        "preflight",
+        "--detect-root",
+        str(host("cpu-only-vm")),
+        "--host-root",
+        str(host("cpu-only-vm")),
+        "--probe-image",
+        image,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert f"argument --probe-image: {image!r} is not an OCI image reference: {problem}" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -66,7 +86,9 @@ def test_kubeadm_node_runtime_from_the_kubelet_at_vv_and_topology_in_the_documen
         "CLI /usr/local/bin/nerdctl; socket /var/run/containerd/containerd.sock, namespace gpustack-preflight)"
     )
     assert f"kubelet: pid {kn.KUBELET_PID}: /usr/bin/kubelet --bootstrap-kubeconfig" in err
-    quiet = run_cli("dm", "preflight", "--host-root", str(kubeadm), "--manufacturer", "nvidia")
+    quiet = run_cli(
+        "dm", "preflight", "--detect-root", str(kubeadm), "--host-root", str(kubeadm), "--manufacturer", "nvidia"
+    )
     assert "runtime:" not in quiet.stderr  # a decision line, at -vv only
 
 
@@ -84,7 +106,16 @@ def test_runtime_flag_and_probe_image_are_taken(kubeadm: Path) -> None:
 def test_probe_image_note_on_an_ok_group(tmp_path: Path) -> None:
     root = kn.kubeadm_node(copy_host("h100-sxm-8x", tmp_path))
     proc = run_cli(
-        "dm", "preflight", "--host-root", str(root), "--manufacturer", "nvidia", "--probe-image", "nvidia/cuda:12"
+        "dm",
+        "preflight",
+        "--detect-root",
+        str(root),
+        "--host-root",
+        str(root),
+        "--manufacturer",
+        "nvidia",
+        "--probe-image",
+        "nvidia/cuda:12",
     )
     assert proc.returncode == 0, proc.stderr
     (group,) = yaml.safe_load(proc.stdout)["accelerators"]
@@ -139,7 +170,7 @@ def test_unusable_root_still_writes_the_document_with_topology(tmp_path: Path) -
     assert rc == 1, err
     topology = doc["topology"]
     assert isinstance(topology, dict)
-    assert topology["note"].startswith("not read: the host root could not be used: host root")
+    assert topology["note"].startswith("not read: the host root was never looked in (no host root to enter: host root")
 
 
 def test_help_names_the_flags() -> None:

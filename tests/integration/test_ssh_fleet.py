@@ -217,7 +217,7 @@ def test_answers_over_ssh_equal_the_cli_on_the_same_fixture(fleet_run: dict[str,
     over_ssh = doc["hosts"][node]["report"]["accelerators"]
     root = str(host(FIXTURES[node]))
 
-    pre = run_cli("dm", "preflight", "--host-root", root)
+    pre = run_cli("dm", "preflight", "--detect-root", root, "--host-root", root)
     assert pre.returncode == 0, pre.stderr
     local = yaml.safe_load(pre.stdout)["accelerators"]
     # the whole per-manufacturer answer (state, depth, count, detail/reason, host probe, note)

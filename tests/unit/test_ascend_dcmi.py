@@ -22,7 +22,7 @@ from gpustack_operator.manufacturers.ascend.identity import IDENTITY
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Measured, Unmeasured, resolve
 from gpustack_operator.settings import load_settings
 
-from tests.conftest import host
+from tests.conftest import empty, host
 from tests.stubs.ascend import fixture
 from tests.stubs.ascend.fixture import copy_host
 
@@ -99,7 +99,7 @@ def test_not_support_is_the_vendor_code() -> None:
 
 
 def test_v1_host_enumerates_cards_in_driver_order() -> None:
-    api, found = detect.found_npus(ctx(host("ascend-910b-8x")))
+    api, found, _ = detect.found_npus(ctx(host("ascend-910b-8x")))
     assert api == "v1"
     assert [f.extra["dcmi_api"] for f in found] == ["v1"] * 8
     assert [f.pci_bus_id for f in found][:4] == ["0000:c1:00.0", "0000:01:00.0", "0000:c2:00.0", "0000:02:00.0"]
@@ -117,7 +117,7 @@ def test_physical_indexes_are_the_drivers_numbers(tmp_path: Path) -> None:
     root = copy_host("ascend-910b-8x", tmp_path)
     for card in range(8):
         fixture.set_npu(root, card, card=10 + card, logic=card, phy=7 - card)
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     assert [f.physical_indexes for f in found] == [[7 - i, 10 + i, 0] for i in range(8)]
 
 
@@ -146,14 +146,14 @@ def test_other_unreadable_identity_fields_drop_only_that_device(tmp_path: Path) 
 def test_library_that_will_not_initialise_is_an_empty_answer(tmp_path: Path) -> None:
     root = copy_host("ascend-910b-8x", tmp_path)
     fixture.set_global(root, init_rc=-8005)
-    assert detect.detect(ctx(root)) == Detected([])
+    assert empty(detect.detect(ctx(root)))
 
 
 def test_absent_library_is_an_empty_answer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = copy_host("ascend-910b-8x", tmp_path)
     (root / fixture.LIB).unlink()
     with caplog.at_level(logging.INFO):
-        assert detect.detect(ctx(root)) == Detected([])
+        assert empty(detect.detect(ctx(root)))
     assert "libdcmi.so not found" in caplog.text
 
 
@@ -171,7 +171,7 @@ def test_library_found_under_cann_home(tmp_path: Path, monkeypatch: pytest.Monke
     moved.mkdir(parents=True)
     for name in ("libdcmi.so", "libdcmi.so.fixture"):
         shutil.move(root / fixture.LIB.replace("libdcmi.so", name), moved / name)
-    assert detect.detect(ctx(root)) == Detected([])
+    assert empty(detect.detect(ctx(root)))
     monkeypatch.setenv("CANN_HOME", "/opt/ascend")
     assert len(accelerators(detect.detect(ctx(root)))) == 8
 
@@ -183,7 +183,7 @@ def test_pci_check_gates_the_library(tmp_path: Path) -> None:
     for entry in bus.iterdir():
         if (entry / "class").read_text().startswith("0x12"):
             entry.unlink()
-    assert detect.detect(ctx(root)) == Detected([])
+    assert empty(detect.detect(ctx(root)))
     assert len(accelerators(detect.detect(ctx(root, no_pci_check=True)))) == 8
 
 
@@ -191,14 +191,14 @@ def test_driver_version_falls_back_to_version_info_on_v1(tmp_path: Path) -> None
     root = copy_host("ascend-910b-8x", tmp_path)
     fixture.set_global(root, driver_version_rc=-8255)
     (root / "usr/local/Ascend/driver/version.info").write_text("Version=24.1.rc9\n")
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     assert {f.driver_version for f in found} == {"24.1.rc9"}
 
 
 def test_device_without_hbm_reads_the_detailed_memory_info(tmp_path: Path) -> None:
     root = copy_host("ascend-910b-8x", tmp_path)
     fixture.set_npu(root, 0, hbm_rc=-8255, ddr_mb=44280, ddr_avail_mb=40000, chip_name="310P3")
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     first = found[0]
     assert (first.name, first.memory_mib, first.family) == ("Ascend310P3", 44280, "310P")
     assert first.logical_sliced is None  # 310P slices on CANN 9 only; this host has CANN 8.0
@@ -207,7 +207,7 @@ def test_device_without_hbm_reads_the_detailed_memory_info(tmp_path: Path) -> No
 def test_non_npu_units_are_skipped(tmp_path: Path) -> None:
     root = copy_host("ascend-910b-8x", tmp_path)
     fixture.set_npu(root, 4, type=1)  # the card's MCU, not an NPU
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     assert [f.physical_indexes[1] for f in found] == [0, 1, 2, 3, 5, 6, 7]
 
 
@@ -215,7 +215,7 @@ def test_non_npu_units_are_skipped(tmp_path: Path) -> None:
 
 
 def test_v2_host_falls_back_when_v1_answers_not_support() -> None:
-    api, found = detect.found_npus(ctx(host("ascend-950pr-v2")))
+    api, found, _ = detect.found_npus(ctx(host("ascend-950pr-v2")))
     assert api == "v2"
     assert len(found) == 8
     assert {f.extra["dcmi_api"] for f in found} == {"v2"}
@@ -230,16 +230,16 @@ def test_v2_host_falls_back_when_v1_answers_not_support() -> None:
 
 
 def test_v2_reads_the_a5_product_type(tmp_path: Path) -> None:
-    _, found = detect.found_npus(ctx(host("ascend-950pr-v2")))
+    _, found, _ = detect.found_npus(ctx(host("ascend-950pr-v2")))
     assert {(f.extra["product_type"], f.extra["product_code"]) for f in found} == {("server-8p", 0)}
     root = copy_host("ascend-950pr-v2", tmp_path)
     fixture.set_global(root, mainboard_id=0x68, spod_rc=-8255)  # a card never asks the super pod
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     assert {(f.extra["product_type"], f.extra["product_code"]) for f in found} == {("card-1p", 5)}
     fixture.set_global(root, mainboard_id=0x44)
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     assert len(found) == 8 and all("product_type" not in f.extra for f in found)  # optional reading
-    _, v1 = detect.found_npus(ctx(host("ascend-910b-8x")))
+    _, v1, _ = detect.found_npus(ctx(host("ascend-910b-8x")))
     assert all("product_type" not in f.extra for f in v1)
 
 
@@ -247,14 +247,14 @@ def test_v2_physical_id_comes_from_its_own_entry_point(tmp_path: Path) -> None:
     root = copy_host("ascend-950pr-v2", tmp_path)
     for dev in range(8):
         fixture.set_npu(root, dev, phy=(dev + 3) % 8)
-    _, found = detect.found_npus(ctx(root))
+    _, found, _ = detect.found_npus(ctx(root))
     assert [f.physical_indexes for f in found] == [[(i + 3) % 8, i, 0] for i in range(8)]
 
 
 def test_v1_init_accepted_but_enumeration_refused_still_falls_back(tmp_path: Path) -> None:
     root = copy_host("ascend-950pr-v2", tmp_path)
     fixture.set_global(root, v1_init_rc=0)
-    api, found = detect.found_npus(ctx(root))
+    api, found, _ = detect.found_npus(ctx(root))
     assert (api, len(found)) == ("v2", 8)
 
 
@@ -263,7 +263,7 @@ def test_missing_v1_symbols_count_as_refusal(tmp_path: Path) -> None:
     fixture.install_variant(root, "fake_dcmi_v2only.c")
     lib = dcmi.load(HostRoot(root))
     assert not lib.has("dcmi_init") and lib.has("dcmiv2_init")
-    api, found = detect.found_npus(ctx(root))
+    api, found, _ = detect.found_npus(ctx(root))
     assert (api, len(found)) == ("v2", 8)
 
 
@@ -291,7 +291,7 @@ def test_neither_generation_initialising_is_an_empty_answer(tmp_path: Path) -> N
     refused = "V1 dcmi_init returned -8255.*V2 dcmiv2_init returned -8005"
     with pytest.raises(dcmi.DcmiUnavailableError, match=refused):
         dcmi.open_dcmi(HostRoot(root))
-    assert detect.detect(ctx(root)) == Detected([])
+    assert empty(detect.detect(ctx(root)))
 
 
 # -- monitor ------------------------------------------------------------------------------------

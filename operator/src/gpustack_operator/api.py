@@ -34,39 +34,68 @@ if TYPE_CHECKING:
     from gpustack_operator.preflight.models import Report
 
 CONTAINER_HOST_ROOT = "/host"
+NODE_VIEW = "/"
+
+
+class RootArgumentError(ValueError):
+    """A root option that names no directory (empty, blank, a NUL byte): a usage error naming it."""
+
+
+def check_root(value: str | None, what: str) -> str | None:
+    """``None`` stays ``None`` (the caller's default applies); an empty or blank path, or one with a
+    NUL byte, is refused naming the option -- never read as ``/`` or as the current directory."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise RootArgumentError(f"{what} is empty: name the directory it is mounted at (e.g. / or /host)")
+    if "\0" in value:
+        raise RootArgumentError(f"{what} {value!r} holds a NUL byte, so it names no directory")
+    return value
 
 
 def default_host_root() -> str:
-    """``/host`` when the node's root is mounted there (the container shape), else ``/``.
+    """For the Ansible modules, which run on the node: ``/host`` when the node's root is mounted
+    there (the container shape), else ``/``. Both of their contexts are this one root.
 
     A directory merely named ``/host`` does not count: it must look like a root (``proc``, ``sys``).
+    Preflight's own ``--host-root`` has no such fallback (see :func:`run_preflight`).
     """
     candidate = Path(CONTAINER_HOST_ROOT)
     if (candidate / "proc").is_dir() and (candidate / "sys").is_dir():
         return CONTAINER_HOST_ROOT
-    return "/"
+    return NODE_VIEW
 
 
 @dataclass(frozen=True)
 class Request:
-    host_root: str
+    """What a caller asked for. ``root`` is the node view the detect pass reads (``/``: this
+    process's own ``/sys``, ``/dev`` and vendor-library mounts; a fixture tree in tests)."""
+
+    root: str
     manufacturers: list[str]
     settings: Settings
     resolved: dict[str, Resolved]
     no_pci_check: bool = False
 
+    @property
+    def host_root(self) -> str:
+        """Where a command that runs on the node itself (``detect``, ``mode``, the modules) finds the
+        node's files: the same root as the view."""
+        return self.root
+
 
 def make_request(
-    host_root: str | None,
+    root: str | None,
     manufacturers: list[str] | None,
     settings: Settings | None = None,
     *,
     no_pci_check: bool = False,
 ) -> Request:
-    """Validate what a caller asked for. Raises ``UnknownManufacturerError`` / ``SettingsError``."""
+    """Validate what a caller asked for. Raises ``UnknownManufacturerError`` / ``SettingsError`` /
+    :class:`RootArgumentError`. ``root`` defaults to ``/``, the process's own view of the node."""
     names = parse_manufacturers(manufacturers)
     return Request(
-        host_root=host_root or default_host_root(),
+        root=check_root(root, "the node view (--detect-root)") or NODE_VIEW,
         manufacturers=names,
         settings=settings or load_settings(),
         resolved=resolve_manufacturers(names),
@@ -77,7 +106,7 @@ def make_request(
 def run_detect(req: Request, *, interfaces: bool = True) -> NodeDetection:
     """One detection pass (``interfaces=False``: without the network inventory). Raises
     ``HostRootError`` when the host root is unusable."""
-    return detect_node(HostRoot(req.host_root), req.resolved, req.settings, req.no_pci_check, interfaces=interfaces)
+    return detect_node(HostRoot(req.root), req.resolved, req.settings, req.no_pci_check, interfaces=interfaces)
 
 
 def detect(req: Request) -> dict[str, object]:
@@ -91,44 +120,59 @@ def facts(req: Request) -> dict[str, object]:
 
 
 def run_preflight(
-    req: Request, dry_run: bool = False, runtime: str | None = None, probe_image: str | None = None
+    req: Request,
+    dry_run: bool = False,
+    runtime: str | None = None,
+    probe_image: str | None = None,
+    *,
+    host_root: str | None = CONTAINER_HOST_ROOT,
 ) -> Report:
-    """The preflight report. Never raises for what the host holds: an unusable host root is every
+    """The preflight report. Never raises for what the node holds: an unusable node view is every
     manufacturer ``unavailable`` with the reason, and the document is still produced.
+
+    Two contexts, as in production: the detect pass reads ``req.root`` (the node as this container
+    sees it); ``host_root`` (``--host-root``, default ``/host``) is entered only for the host's own
+    vendor CLI, the kubelet's files and the runtime. There is no fallback to ``/``: a host root that
+    is absent or does not look like one (no ``/etc``) means the host cross-check is not asked, the
+    topology section says it was never looked for and every container step is emitted, each naming
+    why. ``host_root=None`` runs without one at all.
 
     ``runtime`` (``--runtime``: docker, nerdctl or ctr) overrides the runtime resolved from the
     kubelet; ``probe_image`` (``--probe-image``) is validated as an OCI image reference. Both are
     checked before the pass: a bad value raises ``RuntimeChoiceError`` / ``ImageRefError`` (both
-    ``ValueError``, a usage error naming the problem). The resolution travels on the report
-    (``report.runtime``, ``report.probe_image``) and stays out of its document (``wire()``).
+    ``ValueError``, a usage error naming the problem), as does an empty ``host_root``
+    (:class:`RootArgumentError`). The resolution travels on the report (``report.runtime``,
+    ``report.probe_image``) and stays out of its document (``wire()``).
     """
     # preflight's modules load here, not with the api: detect (accelerator_facts) never pays for them
-    from gpustack_operator.preflight.hostexec import HostExec  # noqa: PLC0415
     from gpustack_operator.preflight.imageref import parse_image_ref  # noqa: PLC0415
-    from gpustack_operator.preflight.run import preflight, unusable_root_report  # noqa: PLC0415
+    from gpustack_operator.preflight.isolate import isolated_detect  # noqa: PLC0415
+    from gpustack_operator.preflight.run import HostContext, preflight, unusable_root_report  # noqa: PLC0415
     from gpustack_operator.preflight.runtime import parse_runtime_name  # noqa: PLC0415
 
     wanted = parse_runtime_name(runtime)
     image = parse_image_ref(probe_image) if probe_image is not None else None
+    checked = check_root(host_root, "the host root (--host-root)") if host_root is not None else None
     del dry_run  # nothing this version does writes to the host or starts a container
+    host = HostContext.enter(checked) if checked is not None else None
     try:
-        host = HostRoot(req.host_root)
+        view = HostRoot(req.root)
     except HostRootError as exc:
-        return unusable_root_report(req.manufacturers, str(exc), runtime=wanted, probe_image=image)
-    result = detect_node(host, req.resolved, req.settings, req.no_pci_check)
-    return preflight(result, HostExec(str(host.root)), root=host, runtime=wanted, probe_image=image)
+        return unusable_root_report(req.manufacturers, str(exc), host, runtime=wanted, probe_image=image)
+    result = isolated_detect(view, req.resolved, req.settings, req.no_pci_check)
+    return preflight(result, host, runtime=wanted, probe_image=image, view=view)
 
 
 def monitor(req: Request) -> dict[str, object]:
     """The ``device-manager monitor`` document. Raises ``HostRootError``."""
-    return monitor_document(monitor_node(HostRoot(req.host_root), req.resolved, req.settings))
+    return monitor_document(monitor_node(HostRoot(req.root), req.resolved, req.settings))
 
 
 def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[DevicesGroup]]:
     """Detect ``manufacturer`` and build the context its mode driver reads through."""
     if manufacturer not in req.resolved:
         raise ModeUsageError(f"{manufacturer} was not asked about in this request")
-    host = HostRoot(req.host_root)
+    host = HostRoot(req.root)
     result = detect_node(host, {manufacturer: req.resolved[manufacturer]}, req.settings, interfaces=False)
     outcome = result.outcomes[manufacturer]
     if isinstance(outcome, Unmeasured):

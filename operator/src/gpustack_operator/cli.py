@@ -12,12 +12,18 @@ from typing import NoReturn
 import yaml
 
 from gpustack_operator import __version__, api
+from gpustack_operator.api import CONTAINER_HOST_ROOT
 from gpustack_operator.discovery.detect import detect_document
 from gpustack_operator.host import HostRootError
 from gpustack_operator.manufacturers import NAMES, UnknownManufacturerError
 from gpustack_operator.manufacturers.base import ModeError
 from gpustack_operator.manufacturers.modes import ModeUsageError
 from gpustack_operator.settings import SettingsError
+
+NO_FAST_FAILED_HELP = (
+    "report an empty first result for a single --manufacturer without the note that a Device Manager "
+    "would hold it back (detection-failure rule 6)"
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -30,12 +36,70 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+DETECT_ROOT_HELP = (
+    "the node view the detect pass reads as its own -- /sys, /dev, /proc and the vendor library where "
+    "this container's mounts or vendor runtime put it (default: /, this process's own view); relocate "
+    "it only to replay a captured node"
+)
+
+
+def _add_logging(p: argparse.ArgumentParser) -> None:
+    """The klog-style global flags the reference accepts (supplement §3.2)."""
     p.add_argument(
-        "--host-root",
-        metavar="PATH",
-        help="where the node's / is mounted (default: /host when the node's root is mounted there, otherwise /)",
+        "-v",
+        "--v",
+        "--verbose",
+        dest="verbose",
+        type=_klog_level,
+        nargs="?",
+        const=1,
+        default=0,
+        metavar="N",
+        help="log verbosity: -v=2 what the DaemonSet runs, -v=3 adds per-decision lines (runtime resolution, "
+        "kubelet reads); -vv is -v=3",
     )
+    p.add_argument(
+        "--vmodule",
+        type=_vmodule_arg,
+        default=[],
+        metavar="PATTERN=N,...",
+        help="per-file verbosity, comma separated: e.g. runtime=3,kubelet=3 (a glob over module names)",
+    )
+    p.add_argument(
+        "--logtostderr",
+        type=_klog_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="log to stderr (default true; logs never go anywhere else)",
+    )
+    p.add_argument(
+        "--skip_headers",
+        "--skip-headers",
+        dest="skip_headers",
+        action="store_true",
+        help="log lines without the level and logger header",
+    )
+    p.add_argument(
+        "--add_dir_header",
+        "--add-dir-header",
+        dest="add_dir_header",
+        action="store_true",
+        help="log lines carry the logger's full module path (the default here)",
+    )
+
+
+def _add_common(p: argparse.ArgumentParser, *, host_root_alias: bool = True) -> None:
+    p.add_argument("--detect-root", metavar="PATH", help=DETECT_ROOT_HELP)
+    if host_root_alias:
+        p.add_argument(
+            "--host-root",
+            dest="detect_root_alias",
+            metavar="PATH",
+            help="the same as --detect-root for this command: run on the node itself, the node's / is the "
+            "view the pass reads",
+        )
     p.add_argument(
         "--manufacturer",
         action="append",
@@ -44,7 +108,67 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "(default: all nine)",
     )
     p.add_argument("--no-pci-check", action="store_true", help="skip the detect pass's PCI check")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-v, -vv)")
+    _add_logging(p)
+
+
+def _klog_level(value: str) -> int:
+    try:
+        level = int(value.strip().lstrip("="))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-v takes a verbosity level 0-10, not {value!r}") from None
+    if not 0 <= level <= 10:
+        raise argparse.ArgumentTypeError(f"-v takes a verbosity level 0-10, not {level}")
+    return level
+
+
+def _klog_bool(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "1", "t", "yes"):
+        return True
+    if text in ("false", "0", "f", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {value!r}")
+
+
+def _vmodule_arg(value: str) -> list[tuple[str, int]]:
+    """``pattern=N,pattern=N`` (klog's ``--vmodule``)."""
+    out = []
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        pattern, sep, level = item.partition("=")
+        if not sep or not pattern.strip():
+            raise argparse.ArgumentTypeError(f"--vmodule takes pattern=N entries, not {item!r}")
+        out.append((pattern.strip(), _klog_level(level)))
+    return out
+
+
+def _normalise_verbosity(argv: list[str]) -> list[str]:
+    """``-vv`` / ``-vvv`` (the short count form) are ``-v=3``; everything else is left to argparse."""
+    return ["-v=3" if len(a) > 2 and a.startswith("-v") and set(a[1:]) == {"v"} else a for a in argv]
+
+
+def _python_level(verbosity: int) -> int:
+    """klog verbosity → a logging level: 0 warnings, 1-2 info, 3+ every decision (debug)."""
+    if verbosity >= 3:
+        return logging.DEBUG
+    return logging.INFO if verbosity >= 1 else logging.WARNING
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    fmt = "%(message)s" if args.skip_headers else "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=_python_level(args.verbose), format=fmt, stream=sys.stderr, force=True)
+    if args.vmodule:
+        import fnmatch  # noqa: PLC0415
+
+        from gpustack_operator import __name__ as package  # noqa: PLC0415
+
+        modules = [m for m in sys.modules if m == package or m.startswith(package + ".")]
+        for pattern, level in args.vmodule:
+            for module in modules:
+                short = module.rsplit(".", 1)[-1]
+                if fnmatch.fnmatchcase(short, pattern) or fnmatch.fnmatchcase(module, pattern):
+                    logging.getLogger(module).setLevel(_python_level(level))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(detect)
     detect.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
+    detect.add_argument("--no-fast-failed", action="store_true", help=NO_FAST_FAILED_HELP)
 
     mon = sub.add_parser(
         "monitor",
@@ -75,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(mon)
     mon.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="output format")
+    mon.add_argument("--no-fast-failed", action="store_true", help=NO_FAST_FAILED_HELP)
 
     mode = sub.add_parser(
         "mode",
@@ -95,8 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="turn a mode off even where pods hold slices (their slices are stranded)",
     )
-    mode.add_argument("--host-root", metavar="PATH", help="where the node's / is mounted")
-    mode.add_argument("-v", "--verbose", action="count", default=0)
+    mode.add_argument("--detect-root", metavar="PATH", help=DETECT_ROOT_HELP)
+    mode.add_argument(
+        "--host-root", dest="detect_root_alias", metavar="PATH", help="the same as --detect-root for this command"
+    )
+    _add_logging(mode)
 
     pre = sub.add_parser(
         "preflight",
@@ -104,7 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Answer, per manufacturer, whether its devices are detected; print one YAML "
         "document. Exits 1 only when an answer is unavailable.",
     )
-    _add_common(pre)
+    _add_common(pre, host_root_alias=False)
+    pre.add_argument(
+        "--host-root",
+        metavar="PATH",
+        default=CONTAINER_HOST_ROOT,
+        help="where the host's / is mounted (-v /:/host); entered with chroot for the host's own vendor CLI "
+        "and container CLI and read for the kubelet's configuration, never detected through (default: "
+        "/host; when it is absent or is not a root the cross-check is not asked and the report says so)",
+    )
     pre.add_argument("--dry-run", action="store_true", help="print container steps instead of taking them")
     pre.add_argument(
         "--runtime",
@@ -181,18 +318,52 @@ def _mode(req: api.Request, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    args = parser.parse_args(_normalise_verbosity(list(sys.argv[1:] if argv is None else argv)))
+    configure_logging(args)
     try:
         manufacturers = [args.manufacturer] if args.action == "mode" else args.manufacturer
-        req = api.make_request(args.host_root, manufacturers, no_pci_check=getattr(args, "no_pci_check", False))
-    except (UnknownManufacturerError, SettingsError) as exc:
+        root = _detect_root(args)
+        req = api.make_request(root, manufacturers, no_pci_check=getattr(args, "no_pci_check", False))
+        if args.action == "preflight":
+            api.check_root(args.host_root, "--host-root")
+    except (UnknownManufacturerError, SettingsError, api.RootArgumentError) as exc:
         parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
+    try:
+        return _run(args, req)
+    except Exception as exc:  # a bug: named in one line, the trace to the log, never to stdout
+        logging.getLogger(__name__).debug("crashed", exc_info=True)
+        print(
+            f"gpustack-operator: error: {args.action} crashed: {type(exc).__name__}: {exc} (a bug: run it again "
+            "with -v=3 and report the trace)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
 
+
+def _detect_root(args: argparse.Namespace) -> str | None:
+    """``--detect-root``, or the command's own ``--host-root`` where that means the same root."""
+    root: str | None = args.detect_root
+    alias = getattr(args, "detect_root_alias", None)
+    if root is not None and alias is not None and root != alias:
+        raise api.RootArgumentError(
+            f"--detect-root {root} and --host-root {alias} name two roots; for this command they are one"
+        )
+    return root if root is not None else alias
+
+
+def _fast_failed_note(args: argparse.Namespace, req: api.Request, empty: bool) -> None:
+    """Detection-failure rule 6, as a one-shot command can honour it: a pass asked for exactly one
+    manufacturer that answers nothing is what a Device Manager would hold back and retry."""
+    if empty and len(req.manufacturers) == 1 and not args.no_fast_failed:
+        print(
+            f"gpustack-operator: {req.manufacturers[0]} answered no accelerator; a Device Manager asked for "
+            "this manufacturer alone would hold this first result back and retry it every period "
+            "(--no-fast-failed publishes it)",
+            file=sys.stderr,
+        )
+
+
+def _run(args: argparse.Namespace, req: api.Request) -> int:
     if args.action == "detect":
         try:
             result = api.run_detect(req)
@@ -200,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpustack-operator: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         _emit(detect_document(result), args.output)
+        _fast_failed_note(args, req, not result.groups and not result.unmeasured)
         for manufacturer, reason in sorted(result.unmeasured.items()):
             print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
         return EXIT_FAILED if result.unmeasured else EXIT_OK
@@ -214,16 +386,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpustack-operator: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         _emit(mdoc, args.output)
+        _fast_failed_note(args, req, not mdoc.get("groups") and not mdoc.get("unmeasured"))
         unmeasured = mdoc.get("unmeasured") or {}
         assert isinstance(unmeasured, dict)
         for manufacturer, reason in sorted(unmeasured.items()):
             print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
         return EXIT_OK
 
+    # --runtime, --probe-image and --host-root were refused by argparse and main() already, so nothing
+    # raised from here on is a usage error: a crash is contained and the document still written
     try:
-        report = api.run_preflight(req, dry_run=args.dry_run, runtime=args.runtime, probe_image=args.probe_image)
-    except ValueError as exc:  # RuntimeChoiceError / ImageRefError; argparse has already refused both
-        parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
+        report = api.run_preflight(
+            req, dry_run=args.dry_run, runtime=args.runtime, probe_image=args.probe_image, host_root=args.host_root
+        )
+    except Exception as exc:
+        from gpustack_operator.preflight.run import unusable_root_report  # noqa: PLC0415
+
+        logging.getLogger(__name__).error("preflight crashed", exc_info=True)
+        report = unusable_root_report(
+            req.manufacturers,
+            f"the preflight pass crashed ({type(exc).__name__}: {exc}); a bug worth reporting with the -v=3 output",
+        )
     sys.stdout.write(_dump_yaml(report.wire()))
     failures = report.failures()
     for failure in failures:

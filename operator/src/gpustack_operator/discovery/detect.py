@@ -7,9 +7,11 @@ Ansible facts module returns — one function, so the three cannot drift.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from gpustack_operator.discovery.coverage import Coverage, coverage
 from gpustack_operator.discovery.cpu import CpuIdentity, CpuInfoError, general_node_key_of, read_cpu_identity
 from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
 from gpustack_operator.discovery.network import InterfaceInventory, InventoryOk, rdma_labels, read_interfaces
@@ -34,15 +36,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class NodeDetection:
-    """The result of one pass. ``outcomes`` has an entry for every manufacturer asked about."""
+    """The result of one pass. ``outcomes`` has an entry for every manufacturer asked about;
+    ``coverage`` one for every manufacturer that was ``Detected`` (its bus against its driver)."""
 
-    host_root: str
+    root: str  # the node view the pass read ("/" in production)
     cpu: CpuIdentity | None
     cpu_error: str | None
     pci: PciScan
     resolved: dict[str, Resolved]
     interfaces: InterfaceInventory | None = None
     outcomes: dict[str, DetectOutcome] = field(default_factory=dict)
+    coverage: dict[str, Coverage] = field(default_factory=dict)
 
     @property
     def groups(self) -> list[DevicesGroup]:
@@ -71,6 +75,11 @@ def resolve_manufacturers(names: list[str]) -> dict[str, Resolved]:
     return {name: resolve(REGISTRY[name].identity) for name in names}
 
 
+def run_detector(name: str, ctx: DetectContext) -> DetectOutcome:
+    """One manufacturer's detector, in this process (what ``detect`` and the modules use)."""
+    return REGISTRY[name].detect(ctx)
+
+
 def detect_node(
     host: HostRoot,
     resolved: dict[str, Resolved],
@@ -78,13 +87,15 @@ def detect_node(
     no_pci_check: bool = False,
     *,
     interfaces: bool = True,
+    detector: Callable[[str, DetectContext], DetectOutcome] = run_detector,
 ) -> NodeDetection:
     """Run one pass over the manufacturers in ``resolved`` (see :func:`resolve_manufacturers`).
 
     Never raises for what the host holds: a detector that fails or crashes is reported as
     unmeasured for that manufacturer alone. ``interfaces=False`` skips the network inventory
     (``interfaces`` is then ``None``: not taken, no claim) for callers that only need accelerators
-    -- reading driver modes, staging preload libraries."""
+    -- reading driver modes, staging preload libraries. ``detector`` runs one manufacturer's
+    detector (preflight passes one that isolates the vendor's code in a child process)."""
     cpu: CpuIdentity | None = None
     cpu_error: str | None = None
     try:
@@ -94,7 +105,7 @@ def detect_node(
         log.warning("%s", cpu_error)
     pci = scan_pci(host)
     result = NodeDetection(
-        host_root=str(host.root),
+        root=str(host.root),
         cpu=cpu,
         cpu_error=cpu_error,
         pci=pci,
@@ -106,11 +117,13 @@ def detect_node(
             view=host, pci=pci, settings=settings, manufacturer=resolved[name], no_pci_check=no_pci_check
         )
         try:
-            outcome = REGISTRY[name].detect(ctx)
+            outcome = detector(name, ctx)
         except Exception as exc:  # the panic guard: one vendor's crash never takes the others down
             log.exception("the %s detector crashed", name)
             outcome = Unmeasured(f"the {name} detector crashed: {type(exc).__name__}: {exc}")
         result.outcomes[name] = outcome
+        if isinstance(outcome, Detected):
+            result.coverage[name] = coverage(host, pci, resolved[name], settings, outcome, no_pci_check=no_pci_check)
     return result
 
 
@@ -164,7 +177,7 @@ def monitor_document(sample: NodeSample) -> dict[str, object]:
 
 def detect_document(result: NodeDetection) -> dict[str, object]:
     """The ``device-manager detect`` document: ``node`` and ``groups`` (Devices ``spec.groups``)."""
-    node: dict[str, object] = {"hostRoot": result.host_root}
+    node: dict[str, object] = {"root": result.root}
     if result.cpu is not None:
         cpu = result.cpu
         node["cpu"] = {
@@ -192,13 +205,31 @@ def detect_document(result: NodeDetection) -> dict[str, object]:
     return doc
 
 
+def incomplete_reason(cover: Coverage) -> str:
+    """Why a manufacturer's answer is short of its bus, in words (facts and preflight alike)."""
+    parts = []
+    if cover.short:
+        parts.append(cover.sentence())
+    if cover.dropped:
+        parts.append(
+            f"{len(cover.dropped)} accelerator(s) enumerated but dropped because their identity could not be "
+            "read: " + "; ".join(str(d) for d in cover.dropped)
+        )
+    if cover.driver and cover.short:
+        parts.append(f"the driver said: {cover.driver}")
+    return "; ".join(parts)
+
+
 def facts_document(result: NodeDetection) -> dict[str, object]:
     """The ``accelerator_facts`` facts: the detect document plus two views made for playbooks.
 
     ``manufacturers`` has one entry per manufacturer asked about -- ``state`` ``detected`` (with its
-    accelerator count and group ids), ``none`` (measured, nothing here) or ``unmeasured`` (with the
+    accelerator count and group ids), ``none`` (measured, nothing here), ``incomplete`` (the PCI bus
+    shows accelerators the driver did not name, or it dropped some it could not identify: ``pci``,
+    ``missing``, ``unanswered``, ``driver``, ``dropped`` and a ``reason``) or ``unmeasured`` (with the
     reason) -- so ``when: gpustack_accelerators.manufacturers.nvidia.accelerators > 0`` never confuses
-    "none" with "could not tell". ``accelerators`` is one flat entry per accelerator across groups
+    "none" with "could not tell", and ``pci`` against ``accelerators`` is "bus shows N, driver
+    answers M" for a playbook to assert on. ``accelerators`` is one flat entry per accelerator across groups
     (id, manufacturer, group, name, index, memory MiB, PCI bus id, NUMA node, logical slices).
     """
     doc = detect_document(result)
@@ -209,11 +240,16 @@ def facts_document(result: NodeDetection) -> dict[str, object]:
             manufacturers[name] = {"state": "unmeasured", "accelerators": 0, "groups": [], "reason": outcome.reason}
             continue
         count = sum(len(g.accelerators) for g in outcome.groups)
-        manufacturers[name] = {
-            "state": "detected" if count else "none",
-            "accelerators": count,
-            "groups": [g.id for g in outcome.groups if g.accelerators],
-        }
+        cover = result.coverage.get(name)
+        state = "detected" if count else "none"
+        entry: dict[str, object] = {"state": state, "accelerators": count}
+        if cover is not None:
+            entry.update(cover.wire())
+            if cover.short or cover.dropped:
+                entry["state"] = "incomplete"
+                entry["reason"] = incomplete_reason(cover)
+        entry["groups"] = [g.id for g in outcome.groups if g.accelerators]
+        manufacturers[name] = entry
         for group in outcome.groups:
             for acc in group.accelerators:
                 sliced = acc.status.logical_sliced

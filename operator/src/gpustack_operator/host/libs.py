@@ -2,12 +2,16 @@
 
 Search order for each library name: the manufacturer's own variables (e.g. ``CANN_HOME``, first the
 ones documented as "searched first"), then ``LD_LIBRARY_PATH``, then the manufacturer's default
-directories. Every directory is looked up under the host root first (the node's own copy — on a
-direct run the root *is* ``/``), then, when the root is not ``/``, in this process's own filesystem
-(the container's mounts: ``-v /usr/local/Ascend:/usr/local/Ascend``).
+directories. Every directory is looked up in the *node view* -- the filesystem the detect pass reads
+as its own: ``/`` in production, where the vendor library is wherever the container's mounts
+(``-v /usr/local/Ascend:/usr/local/Ascend``) or the vendor runtime (``--runtime nvidia``) put it; a
+fixture tree in tests. Never in the preflight's host root: a library the container cannot load is
+one its workloads cannot load either, and finding the host's copy would turn "your container cannot
+see them" into "ok".
 
-Loading is explicit by path (``ctypes.CDLL(path)``), so a library found under a host root is the one
-loaded, never another copy the dynamic linker would pick by name.
+Loading is explicit by path (``ctypes.CDLL(path)``), so a library found in the view is the one
+loaded, never another copy the dynamic linker would pick by name; the path is resolved inside the
+view first, so nothing is loaded from outside the root it was given.
 
 Calling into it: the ctypes bindings (``cndev.py``, ``mxsml.py``, ``ixml.py``, ``mtml.py``,
 ``hgml.py``) share :class:`Binding` — look an entry point up (a missing one is
@@ -18,9 +22,9 @@ Calling into it: the ctypes bindings (``cndev.py``, ``mxsml.py``, ``ixml.py``, `
 from __future__ import annotations
 
 import ctypes
-import glob
+import fnmatch
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,37 +61,63 @@ def _candidate_dirs(spec: LibrarySpec, environ: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def _expand(host: HostRoot | None, pattern: str) -> Iterable[str]:
-    """Expand a glob pattern of host paths; returns on-disk paths."""
-    if host is None:
-        yield from sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
-        return
-    if not any(c in pattern for c in "*?["):
-        try:
-            yield str(host.path(pattern))
-        except HostPathError:
-            return
-        return
-    base = str(host.root).rstrip("/")
-    yield from sorted(glob.glob(base + pattern))
+def _glob(view: HostRoot, pattern: str) -> list[str]:
+    """Expand a glob pattern of host paths *inside the view*, component by component (each directory
+    listed and each link resolved through :class:`HostRoot`, so a link pointing outside the root is
+    re-rooted like any other read, never followed onto this machine's own files). Returns host
+    paths, sorted."""
+    parts = [p for p in pattern.split("/") if p]
+    paths = ["/"]
+    for part in parts:
+        nxt: list[str] = []
+        for base in paths:
+            prefix = base.rstrip("/")
+            if not any(c in part for c in "*?["):
+                nxt.append(f"{prefix}/{part}")
+                continue
+            if not view.is_dir(base):
+                continue
+            try:
+                names = view.listdir(base)
+            except HostPathError:
+                continue
+            nxt.extend(f"{prefix}/{n}" for n in names if fnmatch.fnmatchcase(n, part))
+        paths = nxt
+    return sorted(paths)
 
 
-def find_library(host: HostRoot, spec: LibrarySpec, environ: dict[str, str] | None = None) -> str | None:
-    """The first existing file among ``spec.names`` in the candidate directories, or ``None``."""
+def find_library(view: HostRoot, spec: LibrarySpec, environ: dict[str, str] | None = None) -> str | None:
+    """The first existing file among ``spec.names`` in the candidate directories, looked up in the
+    node view only (``/`` in production: this process's own mounts), or ``None``.
+
+    The answer is the on-disk path the host path resolves to inside the view, every symlink already
+    resolved there -- so what ``dlopen`` is handed is never outside the root it was given (a path
+    with a NUL byte, an unreadable component or a link loop is simply not a candidate)."""
     env = dict(os.environ if environ is None else environ)
-    views: list[HostRoot | None] = [host] if host.is_live else [host, None]
     for directory in _candidate_dirs(spec, env):
-        for view in views:
-            for expanded in _expand(view, directory):
-                for name in spec.names:
-                    candidate = os.path.join(expanded, name)
-                    if os.path.isfile(candidate):
-                        return candidate
+        if "\0" in directory or not directory.startswith("/"):
+            continue  # a relative LD_LIBRARY_PATH entry means this process's cwd, not the node
+        expanded = _glob(view, directory) if any(c in directory for c in "*?[") else [directory]
+        for host_dir in expanded:
+            for name in spec.names:
+                try:
+                    disk = view.path(f"{host_dir.rstrip('/')}/{name}")
+                except HostPathError:
+                    continue
+                if disk.is_file():
+                    return str(disk)
     return None
+
+
+# Called with a library's path just before it is loaded: preflight's process isolation records it, so
+# a library that kills its process (SIGSEGV/SIGBUS in the vendor's code) is named by the parent.
+LOAD_HOOK: list[Callable[[str], None]] = []
 
 
 def load_library(path: str) -> ctypes.CDLL:
     """``dlopen`` by path; a failure is a :class:`LibraryLoadError` naming the path and the reason."""
+    for hook in LOAD_HOOK:
+        hook(path)
     try:
         return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
     except OSError as exc:

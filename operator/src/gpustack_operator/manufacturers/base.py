@@ -8,7 +8,7 @@ module holds only what is common. Adding a manufacturer means one folder plus on
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,6 +60,9 @@ class Identity:
     # prefixes: Huawei ships NICs (class 02) and a BMC VGA (class 03) under Ascend's vendor id 19e5,
     # and none of the nine ships an accelerator as a network controller.
     accelerator_classes: tuple[str, ...] = ("03", "0b", "12")
+    # The kernel drivers its accelerators bind to (the PCI function's ``driver`` link): what scopes a
+    # PCI entry whose vendor id cannot be read to this manufacturer alone (``PciScan.unreadable_for``).
+    kernel_drivers: tuple[str, ...] = ()
     partition_kind: str | None = None
     # The preload library its slices load, or why it takes none (it slices in the driver or hardware).
     preload: PreloadLibrary | str | None = None
@@ -109,10 +112,31 @@ def resolve(identity: Identity) -> Resolved:
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """An accelerator the driver enumerated but whose identity could not be read, so it was dropped
+    (an accelerator is never identified by its PCI address): ``where`` the driver put it
+    (``NVML index 3``, ``KFD node 2 (0000:c1:00.0)``), ``what`` could not be read and why."""
+
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+@dataclass(frozen=True)
 class Detected:
-    """The pass ran. An empty list is a measurement: this manufacturer has nothing here."""
+    """The pass ran. An empty list is a measurement: this manufacturer has nothing here.
+
+    Two pieces of evidence travel beside the groups without changing them (the ledger keeps the
+    spec's "empty, no error" rule): ``driver`` -- why the driver answered nothing, when it did not
+    (the library is absent, would not load or initialise, the kernel side is not up), in the
+    library's own words; ``dropped`` -- accelerators it enumerated but could not name. Preflight
+    weighs both against the PCI bus (see ``discovery/coverage.py``)."""
 
     groups: list[DevicesGroup]
+    driver: str | None = None
+    dropped: tuple[Dropped, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -255,17 +279,36 @@ class ModeDriver(Protocol):
 
 
 @dataclass(frozen=True)
+class HostCount:
+    """What a host CLI's output says, read by its vendor's parser.
+
+    ``seen`` names each accelerator as the CLI does (``GPU 0``, ``NPU 4 chip 1``, ``GPU[3]``), once
+    each, so ``accelerators`` is the count in the detector's own unit. ``problem`` is set when part of
+    the output (or all of it) could not be read as the listing: those lines are not counted, and the
+    sentence says which and why -- a zero with a problem is not "the host sees nothing".
+    """
+
+    seen: tuple[str, ...] = ()
+    problem: str | None = None
+
+    @property
+    def accelerators(self) -> int:
+        return len(self.seen)
+
+
+@dataclass(frozen=True)
 class HostCli:
     """How a manufacturer's own CLI is asked, on the host, what it sees.
 
     Only manufacturers whose output shape is established carry one (NVIDIA, Ascend, AMD): a wrong
-    match counts zero, and a zero reads as "the host sees nothing either" — the one answer that sends
-    an operator to debug the wrong layer.
+    parse counts zero, and a zero reads as "the host sees nothing either" — the one answer that sends
+    an operator to debug the wrong layer. ``count`` is the vendor's parser of that output (in its
+    folder's ``hostcli.py``): it counts what the detector counts, and never raises on any text.
     """
 
     name: str  # "nvidia-smi"
     args: tuple[str, ...]  # ("-L",)
-    match: str  # the substring marking one accelerator per line
+    count: Callable[[str], HostCount]  # the output's accelerators, in the detector's unit
     # What a container needs to see what the CLI sees (the remedy when the host sees more).
     mounts: tuple[str, ...] = ()
     # A library directory that may be mounted yet dangle (a symlink to a path not mounted).
@@ -339,7 +382,9 @@ __all__ = [
     "DetectOutcome",
     "Detected",
     "Detector",
+    "Dropped",
     "HostCli",
+    "HostCount",
     "Identity",
     "Manufacturer",
     "Measured",

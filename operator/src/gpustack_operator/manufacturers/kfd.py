@@ -39,6 +39,7 @@ from gpustack_operator.manufacturers.base import (
     DetectContext,
     Detected,
     DetectOutcome,
+    Dropped,
     Measured,
     MonitorOutcome,
     Unmeasured,
@@ -52,7 +53,8 @@ KFD_CLASS = "/sys/class/kfd"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
-_UINT = re.compile(r"[0-9]+")
+_UINT = re.compile(r"[0-9]{1,20}")  # "%llu": int() refuses 4300+ digits, and 21 are already past u64
+_U64_MAX = 2**64 - 1
 _CARD = re.compile(r"card([0-9]+)")
 _RENDER = re.compile(r"renderD([0-9]+)")
 
@@ -83,6 +85,14 @@ class KfdError(Exception):
 # -- parsing -----------------------------------------------------------------------------------
 
 
+def _uint(value: str) -> int | None:
+    """An unsigned decimal as the kernel prints one (``%llu``); ``None`` for anything else."""
+    if not _UINT.fullmatch(value):
+        return None
+    number = int(value)
+    return number if number <= _U64_MAX else None
+
+
 def parse_properties(text: str, path: str = "properties") -> dict[str, int]:
     """``<key> <value>`` lines (``%s %llu``) → a dict. Anything else raises :class:`KfdError`.
 
@@ -101,11 +111,12 @@ def parse_properties(text: str, path: str = "properties") -> dict[str, int]:
         key, value = parts
         if not _KEY.fullmatch(key):
             raise KfdError(path, f"line {lineno} has no property name: {key[:40]!r}")
-        if not _UINT.fullmatch(value):
+        number = _uint(value)
+        if number is None:
             raise KfdError(path, f"{key} is {value[:40]!r}, not an unsigned decimal integer")
         if key in props:
             raise KfdError(path, f"{key} appears twice")
-        props[key] = int(value)
+        props[key] = number
     if not props:
         raise KfdError(path, "holds no properties")
     return props
@@ -137,9 +148,9 @@ def parse_umc_err_count(text: str) -> tuple[int, int] | None:
         key, sep, value = line.partition(":")
         if not sep:
             continue
-        value = value.strip()
-        if key.strip() in ("ue", "ce") and _UINT.fullmatch(value):
-            found[key.strip()] = int(value)
+        number = _uint(value.strip())
+        if key.strip() in ("ue", "ce") and number is not None:
+            found[key.strip()] = number
     if set(found) != {"ue", "ce"}:
         return None
     return found["ue"], found["ce"]
@@ -317,9 +328,10 @@ def read_uint(host: HostRoot, path: str) -> int | None:
     if text is None:
         return None
     value = text.strip()
-    if not _UINT.fullmatch(value):
+    number = _uint(value)
+    if number is None:
         raise KfdError(path, f"holds {value[:40]!r}, not an unsigned integer")
-    return int(value)
+    return number
 
 
 def read_nodes(host: HostRoot) -> list[KfdNode]:
@@ -329,7 +341,7 @@ def read_nodes(host: HostRoot) -> list[KfdNode]:
     except HostPathError as exc:
         raise KfdError(KFD_NODES, exc.strerror or "unreadable") from None
     nodes = []
-    for name in sorted((n for n in names if n.isdigit()), key=int):
+    for name in sorted((n for n in names if n.isascii() and n.isdigit()), key=int):  # int() refuses "²"
         path = f"{KFD_NODES}/{name}"
         props = parse_properties(read_text(host, f"{path}/properties"), f"{path}/properties")
         banks = None
@@ -457,7 +469,7 @@ def precheck(ctx: DetectContext) -> DetectOutcome | None:
         log.info(
             "%s: %s is absent (the driver is not loaded), so nothing is detected", ctx.manufacturer.name, KFD_CLASS
         )
-        return Detected([])
+        return Detected([], driver=f"{KFD_CLASS} is absent: the kernel driver has not brought KFD up (not loaded)")
     return None
 
 
@@ -490,14 +502,21 @@ def detect(ctx: DetectContext, vendor: KfdVendor) -> DetectOutcome:
         accelerators = enumerate_accelerators(ctx)
         driver = vendor.driver_version(ctx.view)
         runtime = vendor.runtime_version(ctx.view)
-        found = [f for a in accelerators if (f := found_of(ctx, vendor, a, driver, runtime)) is not None]
+        drops: list[Dropped] = []
+        found = [f for a in accelerators if (f := found_of(ctx, vendor, a, driver, runtime, drops=drops)) is not None]
     except KfdError as exc:
         return Unmeasured(str(exc))
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
+    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings), dropped=tuple(drops))
 
 
 def found_of(
-    ctx: DetectContext, vendor: KfdVendor, acc: KfdAccelerator, driver: str | None, runtime: str | None
+    ctx: DetectContext,
+    vendor: KfdVendor,
+    acc: KfdAccelerator,
+    driver: str | None,
+    runtime: str | None,
+    *,
+    drops: list[Dropped] | None = None,
 ) -> Found | None:
     gpu = acc.gpu
     if gpu.unique_id == 0:
@@ -507,6 +526,14 @@ def found_of(
             gpu.node.index,
             gpu.bus_id,
         )
+        if drops is not None:
+            drops.append(
+                Dropped(
+                    f"KFD node {gpu.node.index} ({gpu.bus_id})",
+                    "its unique_id reads 0 (rocm-smi prints N/A), so it has no identity: the card's "
+                    "firmware did not report one",
+                )
+            )
         return None
     return Found(
         uuid=gpu.uuid,

@@ -38,6 +38,7 @@ from gpustack_operator.manufacturers.base import (
     DetectContext,
     Detected,
     DetectOutcome,
+    Dropped,
     Measured,
     MonitorOutcome,
     Unmeasured,
@@ -182,14 +183,19 @@ def session[S, H](backend: LibraryBackend[S, H], ctx: DetectContext) -> Iterator
             backend.logger.debug("%s: %s", backend.vendor, exc)
 
 
-def identify[S, H](backend: LibraryBackend[S, H], session: S, index: int) -> Device[H] | None:
-    """Device ``index``, or ``None`` (logged) when it is dropped or skipped."""
+def identify[S, H](
+    backend: LibraryBackend[S, H], session: S, index: int, drops: list[Dropped] | None = None
+) -> Device[H] | None:
+    """Device ``index``, or ``None`` (logged, and recorded in ``drops``) when it is dropped or skipped."""
+    where = f"{backend.api} {backend.unit} {index}"
     try:
         device = backend.identify(session, index)
     except backend.error as exc:
         backend.logger.warning(
             "%s: %s %d dropped, its identity could not be read: %s", backend.vendor, backend.unit, index, exc
         )
+        if drops is not None:
+            drops.append(Dropped(where, f"its identity (uuid, name) could not be read: {exc}"))
         return None
     if device is not None and (not device.uuid or not device.name):
         backend.logger.warning(
@@ -201,6 +207,9 @@ def identify[S, H](backend: LibraryBackend[S, H], session: S, index: int) -> Dev
             device.uuid,
             device.name,
         )
+        if drops is not None:
+            missing = " and ".join(w for w, v in (("uuid", device.uuid), ("name", device.name)) if not v)
+            drops.append(Dropped(where, f"{backend.api} reports no {missing} for it"))
         return None
     return device
 
@@ -230,14 +239,16 @@ def pci_address[H](backend: LibraryBackend[Any, H], device: Device[H], read: Cal
 # -- detection -----------------------------------------------------------------------------------
 
 
-def read_found[S, H](backend: LibraryBackend[S, H], session: S, ctx: DetectContext) -> list[Found]:
-    """Every device the library enumerates and identifies, in its order. Raises the binding's error
-    when the count fails."""
+def read_found[S, H](
+    backend: LibraryBackend[S, H], session: S, ctx: DetectContext, drops: list[Dropped] | None = None
+) -> list[Found]:
+    """Every device the library enumerates and identifies, in its order (the dropped ones recorded in
+    ``drops``). Raises the binding's error when the count fails."""
     count = backend.count(session)
     versions = backend.versions(session, ctx)
     found: list[Found] = []
     for index in range(count):
-        device = identify(backend, session, index)
+        device = identify(backend, session, index, drops)
         if device is None:
             continue
         try:
@@ -251,6 +262,12 @@ def read_found[S, H](backend: LibraryBackend[S, H], session: S, ctx: DetectConte
                 device.uuid,
                 exc,
             )
+            if drops is not None:
+                drops.append(
+                    Dropped(
+                        f"{backend.api} {backend.unit} {index} ({device.uuid})", f"its memory could not be read: {exc}"
+                    )
+                )
             continue
         found.append(backend.found(session, ctx, device, memory_mib, versions))
     return found
@@ -263,12 +280,13 @@ def detect[S, H](backend: LibraryBackend[S, H], ctx: DetectContext) -> DetectOut
     with session(backend, ctx) as opened:
         if isinstance(opened, str):
             backend.logger.info("%s: %s", backend.vendor, opened)
-            return Unmeasured(f"{scan_problem}; and {opened}") if scan_problem else Detected([])
+            return Unmeasured(f"{scan_problem}; and {opened}") if scan_problem else Detected([], driver=opened)
+        drops: list[Dropped] = []
         try:
-            found = read_found(backend, opened, ctx)
+            found = read_found(backend, opened, ctx, drops)
         except backend.error as exc:
             return Unmeasured(f"{backend.api} initialised but could not enumerate the {backend.unit}s: {exc}")
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
+    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings), dropped=tuple(drops))
 
 
 # -- monitor -------------------------------------------------------------------------------------

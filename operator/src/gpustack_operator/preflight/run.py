@@ -10,20 +10,38 @@ for its callers, and the notes say plainly that no probe ran.
 from __future__ import annotations
 
 import logging
+import shlex
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gpustack_operator.discovery.coverage import Coverage
 from gpustack_operator.discovery.detect import NodeDetection
 from gpustack_operator.discovery.network import preflight_rows
-from gpustack_operator.host import HostRoot
+from gpustack_operator.host import HostRoot, HostRootError
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import Detected, DetectOutcome, Unmeasured
 from gpustack_operator.preflight.crosscheck import cross_check
-from gpustack_operator.preflight.hostexec import HostExec
+from gpustack_operator.preflight.hostexec import HostExec, HostExecError
 from gpustack_operator.preflight.imageref import ImageRef
 from gpustack_operator.preflight.kubelet import KubeletReading, read_kubelet
-from gpustack_operator.preflight.models import Depth, Detection, Group, NetworkSection, Report, State
-from gpustack_operator.preflight.runtime import RuntimeName, resolve_runtime, unusable_root_resolution
+from gpustack_operator.preflight.models import (
+    Check,
+    Depth,
+    Detection,
+    Group,
+    HostView,
+    NetworkSection,
+    Report,
+    State,
+    Topology,
+)
+from gpustack_operator.preflight.runtime import (
+    RuntimeName,
+    RuntimeResolution,
+    resolve_runtime,
+    unusable_root_resolution,
+)
 from gpustack_operator.preflight.topology import not_read, topology_section
 
 log = logging.getLogger(__name__)
@@ -39,6 +57,11 @@ DETECTION_UNNAMED = (
 )
 NOTE_UNMEASURED = "the detect pass could not measure this manufacturer, so none of its accelerators were preflighted"
 NOTE_NO_ACCELERATOR = "no accelerator of this manufacturer was detected"
+NOTE_CONTAINER_VIEW = (
+    "this manufacturer carries no host CLI to cross-check against, so this zero is this container's own "
+    "view, not the host's"
+)
+NOT_ASKED = "the host's own CLI was not asked: {why}"
 NOTE_DETECTION_FAILED = (
     "detection failed for this manufacturer, so the remaining questions are unanswerable: whether "
     "these accelerators slice, and what happens to a slice, are questions about accelerators this "
@@ -55,17 +78,54 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def detection_answer(outcome: DetectOutcome) -> Detection:
-    """Question 1 for one manufacturer: its three outcomes are the three states.
+DETECTION_UNIDENTIFIED = (
+    "the detect pass sees these accelerators but could not identify {n} of them, so they cannot be "
+    "allocated or named (what the driver could not read, per accelerator: {drops}); this is the driver "
+    "or the card's firmware not answering for them, not this container's view -- check them with the "
+    "vendor's own tool on the node"
+)
+DETECTION_HALF_INSTALLED = (
+    "{sentence}; the driver said: {driver}. The accelerators are on the bus, so this is not an empty "
+    "node: install and load the vendor driver on the node, and give this container its library (the "
+    "vendor mount, or the vendor container runtime, of the preflight command line)"
+)
+DETECTION_HALF_ENUMERATED = (
+    "{sentence}: the driver enumerates fewer accelerators than the bus shows (one fallen off the bus, "
+    "or a driver that did not bind every card); check `dmesg` and the vendor's own tool on the node"
+)
 
-    Could not measure → ``unavailable``; nothing found → ``not-declared``; accelerators found →
-    ``ok``, unless one group has no name (an id-less group names every flavor after nothing), which
-    is ``unavailable`` too.
+
+def detection_answer(outcome: DetectOutcome, cover: Coverage | None = None) -> Detection:
+    """Question 1 for one manufacturer.
+
+    Could not measure → ``unavailable``. Accelerators the driver enumerated but could not identify →
+    ``unavailable`` naming them and what could not be read (never blaming mounts). The PCI bus
+    showing accelerators the driver did not name (library absent, refused to initialise, fewer
+    enumerated: a half-installed node) → ``unavailable`` naming the addresses and the driver's own
+    words, with the remedy -- a decision beyond the reference, which reports that node like an empty
+    one (docs/preflight.md). Nothing found, and nothing on the bus → ``not-declared``. A group with
+    no name (an id-less group names every flavor after nothing) → ``unavailable``. Otherwise ``ok``.
     """
     if isinstance(outcome, Unmeasured):
         return Detection(state=State.UNAVAILABLE, reason=f"{DETECTION_UNMEASURED}: {outcome.reason}")
     groups: list[DevicesGroup] = outcome.groups
     count = sum(len(g.accelerators) for g in groups)
+    dropped = outcome.dropped
+    if dropped and (cover is None or cover.missing <= len(dropped)):
+        drops = "; ".join(str(d) for d in dropped)
+        return Detection(
+            state=State.UNAVAILABLE,
+            accelerators=count,
+            reason=DETECTION_UNIDENTIFIED.format(n=len(dropped), drops=drops),
+        )
+    if cover is not None and cover.short:
+        if count == 0 or outcome.driver:
+            reason = DETECTION_HALF_INSTALLED.format(sentence=cover.sentence(), driver=outcome.driver or "nothing")
+        else:
+            reason = DETECTION_HALF_ENUMERATED.format(sentence=cover.sentence())
+        if dropped:
+            reason += "; and " + DETECTION_UNIDENTIFIED.format(n=len(dropped), drops="; ".join(map(str, dropped)))
+        return Detection(state=State.UNAVAILABLE, accelerators=count, reason=reason)
     if count == 0:
         return Detection(state=State.NOT_DECLARED, reason=DETECTION_NO_ACCELERATOR)
     if any(not g.name for g in groups if g.accelerators):
@@ -79,17 +139,60 @@ def detection_answer(outcome: DetectOutcome) -> Detection:
     return Detection(state=State.OK, depth=Depth.DECLARED, accelerators=count, detail=detail)
 
 
+@dataclass(frozen=True)
+class HostContext:
+    """The host root preflight enters (``--host-root``, default ``/host``), or why there is none.
+
+    Kept apart from the node view the detect pass reads (``NodeDetection.root``): the host root is
+    entered only for the host's own vendor CLI, its container CLI, the kubelet's files and the
+    library staging -- never to detect through."""
+
+    root: HostRoot | None
+    exec: HostExec | None
+    problem: str | None = None  # why there is no host root to enter
+
+    @classmethod
+    def enter(cls, path: str) -> HostContext:
+        try:
+            root = HostRoot(path)
+        except HostRootError as exc:
+            return cls(None, None, f"no host root to enter: {exc}")
+        hostexec = HostExec(str(root.root))
+        try:
+            hostexec.validate()
+        except HostExecError as exc:
+            return cls(None, None, str(exc))
+        return cls(root, hostexec)
+
+
 def preflight_group(
-    manufacturer: str, outcome: DetectOutcome, host: HostExec | None = None, probe_image: ImageRef | None = None
+    manufacturer: str,
+    outcome: DetectOutcome,
+    host: HostContext | None = None,
+    *,
+    probe_image: ImageRef | None = None,
+    cover: Coverage | None = None,
+    view: HostRoot | None = None,
 ) -> Group:
-    detection = detection_answer(outcome)
+    detection = detection_answer(outcome, cover)
     cli = REGISTRY[manufacturer].host_cli
-    if host is not None and cli is not None:
-        detection = cross_check(host, cli, detection)
+    if cli is not None and host is not None:
+        if host.exec is not None:
+            detection = cross_check(host.exec, cli, detection, outcome, view)
+        else:
+            detection = detection.model_copy(
+                update={
+                    "host": HostView(
+                        command=shlex.join([cli.name, *cli.args]), reason=NOT_ASKED.format(why=host.problem)
+                    )
+                }
+            )
     if isinstance(outcome, Unmeasured):
         note = NOTE_UNMEASURED
     elif detection.state is State.NOT_DECLARED:
         note = NOTE_NO_ACCELERATOR
+        if cli is None:
+            note += "; " + NOTE_CONTAINER_VIEW
     elif detection.state is State.UNAVAILABLE:
         note = NOTE_DETECTION_FAILED
     else:
@@ -99,32 +202,100 @@ def preflight_group(
     return Group(manufacturer=manufacturer, timestamp=now(), detection=detection, note=note)
 
 
+def panicked_group(manufacturer: str, outcome: DetectOutcome | None, exc: BaseException) -> Group:
+    """The spec's containment (preflight-operations "One manufacturer's crash does not take the others
+    down"): the detection block already answered is kept, whatever the crashed pass filled in is
+    discarded, one ``preflight-panicked`` row per accelerator, and a note with what the panic said."""
+    said = f"{type(exc).__name__}: {exc}"
+    detection = (
+        detection_answer(outcome)
+        if outcome is not None
+        else Detection(
+            state=State.UNAVAILABLE, reason=f"{DETECTION_UNMEASURED}: the pass panicked before it answered: {said}"
+        )
+    )
+    ids = [a.id for g in outcome.groups for a in g.accelerators] if isinstance(outcome, Detected) else []
+    rows = [
+        Check(
+            accelerator=acc,
+            capability="preflight-panicked",
+            state=State.UNAVAILABLE,
+            reason="this manufacturer's preflight panicked and was contained, so none of this accelerator's "
+            f"preconditions were established: {said}",
+        )
+        for acc in ids
+    ]
+    note = (
+        "this manufacturer's preflight panicked and was contained: whatever it had established is discarded, "
+        "and every accelerator it was asked about is reported unavailable below; the rest of this run is "
+        f"unaffected: {said}"
+    )
+    return Group(manufacturer=manufacturer, timestamp=now(), detection=detection, checks=rows or None, note=note)
+
+
+def host_sections(
+    host: HostContext | None, runtime: RuntimeName | None
+) -> tuple[Topology | None, RuntimeResolution | None]:
+    """The ``topology`` section and the runtime resolution, from one read of the kubelet through the
+    host root; with no host root to enter, both say so (``never looked for``)."""
+    if host is None:
+        return None, None
+    if host.root is None:
+        why = host.problem or "no host root"
+        return not_read(now(), f"the host root was never looked in ({why})"), unusable_root_resolution(why, runtime)
+    try:
+        kubelet = read_kubelet(host.root)
+        log_kubelet(kubelet)
+        topology = topology_section(kubelet, now())
+        resolution = resolve_runtime(host.root, kubelet, runtime)
+    except Exception as exc:  # contained: the document is still written
+        log.exception("preflight: reading the kubelet's configuration crashed")
+        said = f"reading the kubelet's configuration crashed: {type(exc).__name__}: {exc}"
+        return not_read(now(), said), unusable_root_resolution(said, runtime)
+    log.debug("topology: %s%s", topology.policy.value, f" -- {topology.note}" if topology.note else "")
+    log.debug("%s", resolution.line())
+    return topology, resolution
+
+
 def preflight(
     result: NodeDetection,
-    host: HostExec | None = None,
+    host: HostContext | None = None,
     *,
-    root: HostRoot | None = None,
     runtime: RuntimeName | None = None,
     probe_image: ImageRef | None = None,
+    view: HostRoot | None = None,
 ) -> Report:
     """The report for every manufacturer the pass was asked about (none is ever left out).
 
-    ``host`` enters the host root to cross-check detection against the host's own vendor CLI;
-    ``root`` is read for the kubelet's configuration, which gives both the ``topology`` section and
-    the runtime resolution (``runtime`` is ``--runtime``, which overrides the resolution).
+    ``host`` is the host root entered to cross-check detection against the host's own vendor CLI and
+    read for the kubelet's configuration, which gives both the ``topology`` section and the runtime
+    resolution (``runtime`` is ``--runtime``, which overrides it). ``view`` is the node view the
+    detect pass read (for what a remedy names as missing). A crash while answering one manufacturer
+    is contained to it (:func:`panicked_group`); the trace goes to the log.
     """
-    rows = preflight_rows(result.interfaces) if result.interfaces is not None else None
-    network = NetworkSection(timestamp=now(), checks=rows.checks, note=rows.note) if rows is not None else None
-    topology, resolution = None, None
-    if root is not None:
-        kubelet = read_kubelet(root)
-        log_kubelet(kubelet)
-        topology = topology_section(kubelet, now())
-        resolution = resolve_runtime(root, kubelet, runtime)
-        log.debug("topology: %s%s", topology.policy.value, f" -- {topology.note}" if topology.note else "")
-        log.debug("%s", resolution.line())
+    network = None
+    try:
+        rows = preflight_rows(result.interfaces) if result.interfaces is not None else None
+        network = NetworkSection(timestamp=now(), checks=rows.checks, note=rows.note) if rows is not None else None
+    except Exception as exc:
+        log.exception("preflight: the network section crashed")
+        network = NetworkSection(
+            timestamp=now(), note=f"the network section could not be built: {type(exc).__name__}: {exc}"
+        )
+    topology, resolution = host_sections(host, runtime)
+    groups = []
+    for name, outcome in sorted(result.outcomes.items()):
+        try:
+            groups.append(
+                preflight_group(
+                    name, outcome, host, probe_image=probe_image, cover=result.coverage.get(name), view=view
+                )
+            )
+        except Exception as exc:  # contained to this manufacturer; the trace goes to the log
+            log.exception("preflight: the %s preflight panicked", name)
+            groups.append(panicked_group(name, outcome, exc))
     return Report(
-        accelerators=[preflight_group(m, o, host, probe_image) for m, o in sorted(result.outcomes.items())],
+        accelerators=groups,
         network=network,
         topology=topology,
         runtime=resolution,
@@ -151,12 +322,13 @@ def log_kubelet(kubelet: KubeletReading) -> None:
 def unusable_root_report(
     manufacturers: list[str],
     reason: str,
+    host: HostContext | None = None,
     *,
     runtime: RuntimeName | None = None,
     probe_image: ImageRef | None = None,
 ) -> Report:
-    """Every manufacturer ``unavailable`` when the host root itself cannot be read; the topology
-    section ``unknown`` ("not read") and no runtime resolved, with the reason."""
+    """Every manufacturer ``unavailable`` when the node view the detect pass reads cannot be used;
+    the host root (when there is one) still answers the ``topology`` section and the runtime."""
     groups = [
         Group(
             manufacturer=m,
@@ -166,12 +338,13 @@ def unusable_root_report(
         )
         for m in manufacturers
     ]
+    topology, resolution = host_sections(host, runtime)
     return Report(
         accelerators=groups,
-        topology=not_read(now(), f"the host root could not be used: {reason}"),
-        runtime=unusable_root_resolution(reason, runtime),
+        topology=topology or not_read(now(), f"the node view could not be used: {reason}"),
+        runtime=resolution or unusable_root_resolution(reason, runtime),
         probe_image=str(probe_image) if probe_image is not None else None,
     )
 
 
-__all__ = ["Detected", "preflight", "unusable_root_report"]
+__all__ = ["Detected", "HostContext", "preflight", "unusable_root_report"]

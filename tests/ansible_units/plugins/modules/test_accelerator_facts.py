@@ -31,7 +31,7 @@ def test_an_mi300x_node_reports_its_eight_gpus_and_cpu_key(fixture_host: Callabl
     doc = facts(result)
     node = doc["node"]
     assert isinstance(node, dict)
-    assert node["hostRoot"] == str(root)
+    assert node["root"] == str(root)
     assert node["cpu"]["name"] == "AMD EPYC 9654 96-Core Processor"
     assert node["generalNodeKey"] == "amd-epyc-9654"
     assert "unmeasured" not in node

@@ -43,6 +43,7 @@ from gpustack_operator.manufacturers.base import (
     DetectContext,
     Detected,
     DetectOutcome,
+    Dropped,
     Measured,
     MonitorOutcome,
     Unmeasured,
@@ -81,8 +82,9 @@ def iter_npus(dcmi: Dcmi) -> Iterator[DeviceRef]:
             yield ref
 
 
-def identify(dcmi: Dcmi, ref: DeviceRef) -> str | None:
-    """The accelerator id (its identity die), or ``None`` — the device is then dropped."""
+def identify(dcmi: Dcmi, ref: DeviceRef, drops: list[Dropped] | None = None) -> str | None:
+    """The accelerator id (its identity die), or ``None`` — the device is then dropped (and recorded
+    in ``drops``)."""
     try:
         return dcmi.die(ref)
     except DcmiError as exc:
@@ -93,6 +95,10 @@ def identify(dcmi: Dcmi, ref: DeviceRef) -> str | None:
             ref.device,
             exc,
         )
+        if drops is not None:
+            drops.append(
+                Dropped(f"DCMI card {ref.card} device {ref.device}", f"its identity die could not be read: {exc}")
+            )
         return None
 
 
@@ -130,15 +136,26 @@ def a5_product(dcmi: Dcmi, ref: DeviceRef) -> tuple[str, int] | None:
         return None
 
 
-def read_found(dcmi: Dcmi, ref: DeviceRef, uuid: str, versions: Versions) -> Found | None:
-    """One identified NPU as the ledger carries it, or ``None`` (dropped, with a warning)."""
+def read_found(
+    dcmi: Dcmi, ref: DeviceRef, uuid: str, versions: Versions, drops: list[Dropped] | None = None
+) -> Found | None:
+    """One identified NPU as the ledger carries it, or ``None`` (dropped, with a warning, recorded in
+    ``drops``)."""
+    what = "its PCI address"
     try:
         bus = dcmi.pci_bus_id(ref)
+        what = "its chip name"
         chip = dcmi.chip(ref)
+        what = "its memory"
         memory = dcmi.memory(ref)
+        what = "its physical id"
         physical = dcmi.physical_id(ref)
     except DcmiError as exc:
         log.warning("ascend: card %d device %d (%s) dropped: %s", ref.card, ref.device, uuid, exc)
+        if drops is not None:
+            drops.append(
+                Dropped(f"DCMI card {ref.card} device {ref.device} ({uuid})", f"{what} could not be read: {exc}")
+            )
         return None
     family = soc.family(chip.chip_name)
     extra: dict[str, object] = {
@@ -168,43 +185,45 @@ def read_found(dcmi: Dcmi, ref: DeviceRef, uuid: str, versions: Versions) -> Fou
     )
 
 
-def enumerate_found(ctx: DetectContext, dcmi: Dcmi) -> list[Found]:
-    """Every NPU that could be identified and read, in the driver's order. Raises :class:`DcmiError`
-    when the enumeration itself fails."""
+def enumerate_found(ctx: DetectContext, dcmi: Dcmi, drops: list[Dropped] | None = None) -> list[Found]:
+    """Every NPU that could be identified and read, in the driver's order (the dropped ones recorded
+    in ``drops``). Raises :class:`DcmiError` when the enumeration itself fails."""
     versions = read_versions(ctx, dcmi)
     found: list[Found] = []
     for ref in iter_npus(dcmi):
-        uuid = identify(dcmi, ref)
+        uuid = identify(dcmi, ref, drops)
         if uuid is None:
             continue
-        item = read_found(dcmi, ref, uuid, versions)
+        item = read_found(dcmi, ref, uuid, versions, drops)
         if item is not None:
             found.append(item)
     return found
 
 
-def found_npus(ctx: DetectContext) -> tuple[str | None, list[Found]]:
-    """``(generation, found)`` — ``(None, [])`` when the library is absent or will not initialise.
-    Raises :class:`DcmiError` when an initialised library cannot enumerate."""
+def found_npus(ctx: DetectContext, drops: list[Dropped] | None = None) -> tuple[str | None, list[Found], str | None]:
+    """``(generation, found, why none)`` — ``(None, [], reason)`` when the library is absent or will
+    not initialise. Raises :class:`DcmiError` when an initialised library cannot enumerate."""
     try:
         dcmi = open_dcmi(ctx.view)
     except DcmiUnavailableError as exc:
         log.info("ascend: %s", exc)
-        return None, []
-    return dcmi.api, enumerate_found(ctx, dcmi)
+        return None, [], str(exc)
+    return dcmi.api, enumerate_found(ctx, dcmi, drops), None
 
 
 def detect(ctx: DetectContext) -> DetectOutcome:
     gate = pci_gate(ctx)
     if gate is not None:
         return gate
+    drops: list[Dropped] = []
     try:
-        api, found = found_npus(ctx)
+        api, found, unavailable = found_npus(ctx, drops)
     except DcmiError as exc:
         return Unmeasured(f"DCMI could not enumerate the NPUs: {exc}")
     if api is not None:
         log.info("ascend: %d NPU(s) through the DCMI %s API", len(found), api.upper())
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
+    groups = build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings)
+    return Detected(groups, driver=unavailable, dropped=tuple(drops))
 
 
 # -- monitor -------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ ordinals use), memory is ``total >> 20`` MiB with the GDDR ECC carve-out restore
 runtime version is the CUDA driver API version (``12.4``), the family comes from the compute
 capability (``nvmlDeviceGetArchitecture`` when that is unreadable). A card whose MIG mode is
 currently enabled is hard-partitioned: it reports its MIG profiles (``physicalSliced``) and a logical
-slice count of 0; every other card — MIG off, pending, unsupported or unreadable — reports the
-HAMi-core logical slicing (128 slices, cores overcommit).
+slice count of 0; a card whose MIG mode is off, pending or not supported reports the HAMi-core
+logical slicing (128 slices, cores overcommit); a card whose MIG mode could not be read for another
+reason reports neither (fail closed, logged).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from gpustack_operator.ledger.models import (
     AcceleratorPlacement,
 )
 from gpustack_operator.manufacturers import libbackend
-from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
+from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Dropped, Unmeasured
 from gpustack_operator.manufacturers.groups import Found, build_groups
 from gpustack_operator.manufacturers.nvidia import values
 from gpustack_operator.manufacturers.nvidia.nvml import (
@@ -64,38 +65,47 @@ def detect(ctx: DetectContext) -> DetectOutcome:
     gate = pci_gate(ctx)
     if gate is not None:
         return gate
+    drops: list[Dropped] = []
     try:
         with open_nvml(ctx.view) as nvml:
-            found = enumerate_devices(nvml)
+            found = enumerate_devices(nvml, drops)
     except NvmlUnavailableError as exc:
         log.info("nvidia: %s; reporting no NVIDIA accelerator", exc.reason)
-        return Detected([])
+        return Detected([], driver=exc.reason)
     except NvmlError as exc:
         return Unmeasured(f"NVML initialised but could not enumerate the devices: {exc}")
-    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings))
+    return Detected(build_groups(ctx.manufacturer.name, found, ctx.pci, ctx.settings), dropped=tuple(drops))
 
 
-def enumerate_devices(nvml: Nvml) -> list[Found]:
-    """Every identifiable device in enumeration order; :class:`NvmlError` only for the count."""
+def enumerate_devices(nvml: Nvml, drops: list[Dropped] | None = None) -> list[Found]:
+    """Every identifiable device in enumeration order (the dropped ones recorded in ``drops``);
+    :class:`NvmlError` only for the count."""
     count = nvml.device_count()
     driver = _optional(nvml.driver_version)
     cuda = _optional(nvml.cuda_driver_version)
     runtime = values.cuda_version_text(cuda) if cuda is not None else None
     found = []
     for i in range(count):
-        item = read_device(nvml, i, driver, runtime)
+        item = read_device(nvml, i, driver, runtime, drops)
         if item is not None:
             found.append(item)
     return found
 
 
-def read_device(nvml: Nvml, i: int, driver: str | None, runtime: str | None) -> Found | None:
-    """One device, or ``None`` (logged) when its identity cannot be read."""
+def read_device(
+    nvml: Nvml, i: int, driver: str | None, runtime: str | None, drops: list[Dropped] | None = None
+) -> Found | None:
+    """One device, or ``None`` (logged, recorded in ``drops``) when its identity cannot be read."""
+    what = "its handle"
     try:
         h = nvml.handle(i)
+        what = "its UUID"
         uuid = nvml.uuid(h)
+        what = "its name"
         name = nvml.name(h)
+        what = "its PCI info"
         pci = nvml.pci_info(h)
+        what = "its memory"
         memory = nvml.memory(h)
     except NvmlError as exc:
         log.warning(
@@ -103,6 +113,8 @@ def read_device(nvml: Nvml, i: int, driver: str | None, runtime: str | None) -> 
             i,
             exc,
         )
+        if drops is not None:
+            drops.append(Dropped(f"NVML index {i}", f"{what} could not be read: {exc}"))
         return None
     index = _optional(lambda: nvml.index(h))
     memory_mib = _memory_mib(nvml, h, values.mib(memory.total))
@@ -142,14 +154,37 @@ def _family(nvml: Nvml, h: Handle, cc: tuple[int, int] | None) -> str | None:
 
 def _slicing(
     nvml: Nvml, h: Handle, memory_mib: int, mig: tuple[int, int] | None
-) -> tuple[AcceleratorLogicalSliced, AcceleratorPhysicalSliced | None]:
+) -> tuple[AcceleratorLogicalSliced | None, AcceleratorPhysicalSliced | None]:
     """MIG currently on: the MIG profiles and a logical count of 0 (Devices CRD: "0 when MIG
-    enabled"). Otherwise — off, pending, unsupported, unreadable — HAMi-core logical slicing."""
-    if mig is not None and mig[0] == MIG_ENABLED:
+    enabled"). MIG off or pending, or not supported (a card without MIG): HAMi-core logical slicing.
+    A MIG mode that could not be read for any other reason fails closed -- neither, logged: which
+    family the card can serve is exactly what the unread mode decides, and HAMi-core slices on a card
+    in MIG mode are capacity no container can be given."""
+    if mig is None:
+        failure = _mig_mode_failure(nvml, h)
+        if failure is not None:
+            log.error(
+                "nvidia: the MIG mode of %s could not be read (%s); it offers neither logical slices nor MIG "
+                "partitions until it can be read",
+                _optional(lambda: nvml.uuid(h)) or "a device",
+                failure,
+            )
+            return None, None
+    elif mig[0] == MIG_ENABLED:
         profiles = read_profiles(nvml, h, memory_mib)
         physical = AcceleratorPhysicalSliced(profiles=profiles, count=max((p.count for p in profiles), default=0))
         return AcceleratorLogicalSliced(count=0), physical
     return AcceleratorLogicalSliced(count=values.LOGICAL_SLICE_COUNT, cores_percentage_overcommit=True), None
+
+
+def _mig_mode_failure(nvml: Nvml, h: Handle) -> NvmlError | None:
+    """Why the MIG mode of ``h`` is unreadable, asked again (``read_device`` keeps only "no answer"):
+    ``None`` when NVML says the card has no MIG (not supported, or a library without the call)."""
+    try:
+        nvml.mig_mode(h)
+    except NvmlError as exc:
+        return None if exc.unsupported else exc
+    return None
 
 
 def read_profiles(nvml: Nvml, h: Handle, card_mib: int) -> list[AcceleratorPhysicalSlicedProfile]:

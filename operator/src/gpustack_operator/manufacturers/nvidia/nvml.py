@@ -150,7 +150,8 @@ def open_nvml(host: HostRoot, environ: dict[str, str] | None = None) -> Iterator
         raise NvmlUnavailableError(
             "libnvidia-ml.so.1 was not found (searched LD_LIBRARY_PATH and "
             + ", ".join(NVML_LIBRARY.default_dirs)
-            + "): the NVIDIA driver is not installed"
+            + "): the NVIDIA driver is not installed, or this container was not given its library "
+            "(the NVIDIA container runtime injects it)"
         )
     with _LOCK:
         _bind(path)
