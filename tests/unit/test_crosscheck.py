@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 from gpustack_operator.manufacturers.amd.hostcli import HOST_CLI as AMD_CLI
 from gpustack_operator.manufacturers.ascend.hostcli import HOST_CLI as ASCEND_CLI
+from gpustack_operator.manufacturers.base import Unmeasured
 from gpustack_operator.manufacturers.nvidia.hostcli import HOST_CLI as NVIDIA_CLI
-from gpustack_operator.preflight.crosscheck import absent_here, count_matching_lines, cross_check
+from gpustack_operator.preflight.crosscheck import absent_here, cross_check, read_host_view
 from gpustack_operator.preflight.hostexec import HostExec
 from gpustack_operator.preflight.models import Detection, State
-from hypothesis import given
-from hypothesis import strategies as st
 
 from tests.conftest import make_enterable
 
@@ -56,11 +55,12 @@ def node(tmp_path: Path, cli: str | None, output: str = "", status: int = 0) -> 
     return HostExec(str(root))
 
 
-def test_count_lines() -> None:
-    assert count_matching_lines(NVIDIA_SMI_L, NVIDIA_CLI.match) == 8
-    assert count_matching_lines(MIG_LINES, NVIDIA_CLI.match) == 1  # MIG partitions are not cards
-    assert count_matching_lines(NPU_SMI, ASCEND_CLI.match) == 2
-    assert count_matching_lines(ROCM_SMI, AMD_CLI.match) == 2
+def test_each_cli_counts_in_the_detectors_unit() -> None:
+    assert NVIDIA_CLI.count(NVIDIA_SMI_L).accelerators == 8
+    assert NVIDIA_CLI.count(MIG_LINES).accelerators == 1  # MIG partitions are not cards
+    assert ASCEND_CLI.count(NPU_SMI).accelerators == 2
+    assert ASCEND_CLI.count(NPU_SMI.replace("Chip Count                     : 1", "Chip Count : 2")).accelerators == 4
+    assert AMD_CLI.count(ROCM_SMI).accelerators == 2
 
 
 def test_host_sees_what_detection_saw(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_host_seeing_fewer_is_not_a_failure(tmp_path: Path) -> None:
 
 def test_failed_detection_keeps_its_reason(tmp_path: Path) -> None:
     det = Detection(state=State.UNAVAILABLE, reason="could not measure")
-    out = cross_check(node(tmp_path, "rocm-smi", ROCM_SMI), AMD_CLI, det)
+    out = cross_check(node(tmp_path, "rocm-smi", ROCM_SMI), AMD_CLI, det, Unmeasured("could not measure"))
     assert out.reason == "could not measure" and out.host is not None and out.host.accelerators == 2
 
 
@@ -131,6 +131,36 @@ def test_absent_here_keeps_sentences_and_missing_paths(tmp_path: Path) -> None:
     ]
 
 
-@given(st.text(), st.sampled_from([NVIDIA_CLI.match, ASCEND_CLI.match, AMD_CLI.match]))
-def test_count_never_exceeds_lines(text: str, match: str) -> None:
-    assert 0 <= count_matching_lines(text, match) <= len(text.splitlines())
+def test_a_310p_duo_host_counts_chips_not_cards(tmp_path: Path) -> None:
+    duo = NPU_SMI.replace("Chip Count                     : 1", "Chip Count                     : 2")
+    det = Detection(state=State.OK, accelerators=2, detail="x")
+    out = cross_check(node(tmp_path, "npu-smi", duo), ASCEND_CLI, det)
+    assert out.state is State.UNAVAILABLE and out.host is not None and out.host.accelerators == 4
+    assert out.reason is not None and "npu-smi reports 4 accelerator(s) where this container detected 2" in out.reason
+
+
+def test_undecodable_output_is_read_not_raised(tmp_path: Path) -> None:
+    garbled = "GPU 0: NVIDIA \\377\\376 H100 (UUID: GPU-\\300)\nGPU 1: \\351t\\351\n"  # printf's octal escapes
+    view = read_host_view(node(tmp_path, "nvidia-smi", garbled), NVIDIA_CLI)
+    assert view.reason is None and view.accelerators == 2
+    assert view.detail is not None and "\ufffd" in view.detail
+
+
+def test_output_that_is_no_listing_says_so(tmp_path: Path) -> None:
+    view = read_host_view(node(tmp_path, "rocm-smi", "Segmentation fault\n"), AMD_CLI)
+    assert view.accelerators == 0
+    assert view.reason is not None and view.reason.startswith("rocm-smi --showuniqueid printed neither its banner")
+
+
+def test_unreadable_lines_are_named_beside_the_count(tmp_path: Path) -> None:
+    view = read_host_view(node(tmp_path, "nvidia-smi", NVIDIA_SMI_L + "GPU 99999999999999999999999: x\n"), NVIDIA_CLI)
+    assert view.accelerators == 8
+    assert view.reason is not None and "'GPU 99999999999999999999999: x'" in view.reason
+
+
+def test_failing_cli_with_undecodable_stderr(tmp_path: Path) -> None:
+    host = node(tmp_path, "npu-smi", "", status=3)
+    script = Path(host.root) / "usr/bin/npu-smi"
+    script.write_text("#!/bin/sh\nprintf 'dcmi \\377 failed\\n' >&2\nexit 3\n")
+    view = read_host_view(host, ASCEND_CLI)
+    assert view.reason == "npu-smi: exit status 3: dcmi \ufffd failed"

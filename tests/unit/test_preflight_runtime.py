@@ -12,15 +12,20 @@ from gpustack_operator.preflight.kubelet import (
     Outcome,
     ParseError,
     Setting,
+    clean_value,
+    find_kubelet,
     kubeadm_args,
     parse_env_file,
     parse_flags,
     parse_kubelet_config,
     read_kubelet,
+    settings_from_flags,
     split_cmdline,
 )
 from gpustack_operator.preflight.runtime import (
     CONTAINERD_NAMESPACE,
+    CONTAINERD_SOCKETS,
+    Daemon,
     RuntimeChoiceError,
     RuntimeName,
     RuntimeResolution,
@@ -541,3 +546,354 @@ def test_sockets_and_daemons() -> None:
     assert daemon_of("/run/cri-dockerd.sock") == "docker"
     assert daemon_of("/var/run/crio/crio.sock") == "CRI-O"
     assert daemon_of("/run/other.sock") is None
+
+
+# -- CRI endpoints in every form the kubelet accepts -----------------------------------------------
+
+SOCKET = "/run/containerd/containerd.sock"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        f"unix://{SOCKET}",
+        f"unix:{SOCKET}",  # Go's url.Parse: scheme unix, path /run/...
+        SOCKET,  # the deprecated bare path the kubelet still reads as unix://
+        f"UNIX://{SOCKET}",  # a URL scheme is case-insensitive
+        f'"unix://{SOCKET}"',
+        f"'unix://{SOCKET}'",
+        f"unix://{SOCKET}   ",
+        f'  "{SOCKET}"  ',
+        f"unix:///{SOCKET}",  # repeated slashes are one
+        "unix:///run/containerd//containerd.sock",
+        f"unix://{SOCKET}?timeout=2s",  # a query is not the path
+        "unix:///run/containerd/container%64.sock",  # %xx is decoded
+    ],
+)
+def test_every_endpoint_form_names_one_socket(endpoint: str) -> None:
+    assert socket_of(endpoint) == SOCKET
+    assert daemon_of(SOCKET) is Daemon.CONTAINERD
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "unix://relative.sock",  # a host and no path
+        "unix:relative.sock",
+        "relative/containerd.sock",
+        "tcp://127.0.0.1:2375",
+        "npipe:////./pipe/containerd-containerd",
+        "unix:///run/%zz.sock",  # a broken escape is no URL
+        "unix:///run/x%00.sock",  # a NUL no socket path has
+        "unix:///run/x\x01.sock",
+        "unix:///",
+        "",
+        '""',
+        "   ",
+    ],
+)
+def test_what_names_no_unix_socket(endpoint: str) -> None:
+    assert socket_of(endpoint) is None
+
+
+@pytest.mark.parametrize(
+    ("socket", "daemon"),
+    [
+        ("/run/containerd/containerd.sock", Daemon.CONTAINERD),
+        ("/run/k3s/containerd/containerd.sock", Daemon.CONTAINERD),
+        ("/var/run/containerd/containerd.sock", Daemon.CONTAINERD),
+        ("/run/containerd/cri.sock", Daemon.CONTAINERD),  # under a containerd directory
+        ("/var/lib/rancher/rke2/agent/containerd/containerd.sock", Daemon.CONTAINERD),
+        ("/var/run/docker.sock", Daemon.DOCKER),
+        ("/run/cri-dockerd.sock", Daemon.DOCKER),
+        ("/var/run/dockershim.sock", Daemon.DOCKER),
+        ("/run/user/1000/docker.sock", Daemon.DOCKER),
+        ("/var/run/crio/crio.sock", Daemon.CRIO),
+        ("/run/crio/other.sock", Daemon.CRIO),
+        ("/run/other.sock", None),
+        ("/", None),
+    ],
+)
+def test_the_runtime_is_read_from_the_whole_socket_path(socket: str, daemon: Daemon | None) -> None:
+    assert daemon_of(socket) is daemon
+
+
+def test_the_containerd_socket_probe_order_is_the_reference_one() -> None:
+    assert CONTAINERD_SOCKETS == (
+        "/run/containerd/containerd.sock",
+        "/run/k3s/containerd/containerd.sock",
+        "/var/run/containerd/containerd.sock",
+    )
+
+
+def _own_var_run(root: Path) -> None:
+    """A host whose /var/run is a directory of its own (not the usual link to /run)."""
+    (root / "var/run").unlink()
+    (root / "var/run").mkdir()
+
+
+@pytest.mark.parametrize(
+    ("sockets", "found"),
+    [
+        (("var/run/containerd/containerd.sock",), "/var/run/containerd/containerd.sock"),
+        (
+            ("var/run/containerd/containerd.sock", "run/k3s/containerd/containerd.sock"),
+            "/run/k3s/containerd/containerd.sock",
+        ),
+        (("run/k3s/containerd/containerd.sock", "run/containerd/containerd.sock"), "/run/containerd/containerd.sock"),
+        ((), None),
+    ],
+)
+def test_a_probed_containerd_cli_gets_the_first_socket_present(
+    tmp_path: Path, sockets: tuple[str, ...], found: str | None
+) -> None:
+    node(tmp_path, clis=("ctr",))
+    _own_var_run(tmp_path)
+    for rel in sockets:
+        write(tmp_path, rel, "")
+    r = resolve(tmp_path)
+    assert (r.runtime, r.source, r.socket) == (RuntimeName.CTR, "probe", found)
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [f"unix:{SOCKET}", SOCKET, f"'unix://{SOCKET}'", f'"{SOCKET}"', f"unix://{SOCKET} "],
+)
+def test_an_endpoint_in_any_form_resolves_from_each_source(tmp_path: Path, stated: str) -> None:
+    """The same endpoint through the running kubelet's command line, kubeadm-flags.env and a
+    KubeletConfiguration: one socket, one runtime."""
+    yaml_value = stated.replace("'", "''")
+    shapes = {
+        "cmdline": ({}, ["/usr/bin/kubelet", f"--container-runtime-endpoint={stated}"]),
+        "kubeadm-flags": (
+            {
+                "var/lib/kubelet/kubeadm-flags.env": f"KUBELET_KUBEADM_ARGS=--container-runtime-endpoint={stated.strip()}\n"
+            },
+            None,
+        ),
+        "config": ({"var/lib/kubelet/config.yaml": f"containerRuntimeEndpoint: '{yaml_value}'\n"}, None),
+    }
+    for name, (files, argv) in shapes.items():
+        root = tmp_path / name
+        r = resolve(node(root, files, argv, clis=("nerdctl",)))
+        assert (r.runtime, r.socket) == (RuntimeName.NERDCTL, SOCKET), name
+        assert r.endpoint == clean_value(stated), name
+
+
+def test_a_k3s_socket_stated_bare_is_containerd(tmp_path: Path) -> None:
+    files = {f"{K3S_TREE}/00.conf": "containerRuntimeEndpoint: /run/k3s/containerd/containerd.sock\n"}
+    r = resolve(node(tmp_path, files, clis=("ctr",)))
+    assert (r.runtime, r.socket) == (RuntimeName.CTR, "/run/k3s/containerd/containerd.sock")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "clis", "says"),
+    [
+        (f"unix:{SOCKET}", ("docker",), f"the containerd socket {SOCKET}, but the host carries neither nerdctl"),
+        (
+            "/run/cri-dockerd.sock",
+            ("nerdctl",),
+            "the docker socket /run/cri-dockerd.sock, but the host carries no docker",
+        ),
+        (
+            "unix:/var/run/crio/crio.sock",
+            ("docker", "nerdctl"),
+            "CRI-O's socket /var/run/crio/crio.sock: this host carries no client for CRI-O",
+        ),
+        ("unix:///run/some/other.sock", ("docker",), "the socket /run/some/other.sock, which names no runtime"),
+        ("tcp://10.0.0.1:3735", ("docker",), "which is no unix socket and names no runtime"),
+    ],
+)
+def test_messages_name_the_socket(tmp_path: Path, endpoint: str, clis: tuple[str, ...], says: str) -> None:
+    files = {"var/lib/kubelet/config.yaml": f"containerRuntimeEndpoint: {endpoint}\n"}
+    r = resolve(node(tmp_path, files, clis=clis))
+    assert r.runtime is None and r.emitted
+    assert says in (r.reason or ""), r.reason
+
+
+def test_a_docker_endpoint_drives_docker_at_its_own_daemon(tmp_path: Path) -> None:
+    files = {"var/lib/kubelet/config.yaml": "containerRuntimeEndpoint: unix:///var/run/docker.sock\n"}
+    r = resolve(node(tmp_path, files, clis=("docker", "nerdctl")))
+    assert (r.runtime, r.socket, r.namespace) == (RuntimeName.DOCKER, None, None)
+
+
+def test_values_are_cleaned_and_an_empty_one_states_nothing() -> None:
+    assert clean_value('  "unix:///x.sock"  ') == "unix:///x.sock"
+    assert clean_value("' \"restricted\" '") == "restricted"
+    assert clean_value("'mismatched\"") == "'mismatched\""
+    assert clean_value('"') == '"'
+    assert settings_from_flags({"container-runtime-endpoint": '""', "topology-manager-policy": " 'none' "}) == {
+        Setting.POLICY: "none"
+    }
+    assert parse_kubelet_config("containerRuntimeEndpoint: '  '\ntopologyManagerPolicy: \"'best-effort'\"\n") == {
+        Setting.POLICY: "best-effort"
+    }
+
+
+def test_a_quoted_empty_endpoint_falls_through_to_the_next_source(tmp_path: Path) -> None:
+    files = {
+        "var/lib/kubelet/kubeadm-flags.env": "KUBELET_KUBEADM_ARGS=--container-runtime-endpoint=''\n",
+        "var/lib/kubelet/config.yaml": f"containerRuntimeEndpoint: unix:{SOCKET}\n",
+    }
+    r = resolve(node(tmp_path, files, clis=("docker", "nerdctl")))
+    assert (r.runtime, r.socket) == (RuntimeName.NERDCTL, SOCKET)
+    assert r.source == "containerRuntimeEndpoint in /var/lib/kubelet/config.yaml"
+
+
+def test_a_proc_entry_that_only_looks_numeric_is_no_process(tmp_path: Path) -> None:
+    node(tmp_path, kubelet=["/usr/bin/kubelet"])
+    for odd in ("\u00b2", "\u0663", "9" * 40):  # superscript two and Arabic-Indic three: isdigit(), not int()
+        write(tmp_path, f"proc/{odd}/comm", "kubelet\n")
+    assert find_kubelet(HostRoot(tmp_path)) == KUBELET_PID
+
+
+# -- hostile input ---------------------------------------------------------------------------------
+
+ENDPOINT_VOCABULARY = [
+    "unix:",
+    "UNIX:",
+    "//",
+    "/",
+    "///",
+    "run",
+    "containerd",
+    "docker",
+    "crio",
+    ".sock",
+    "%",
+    "%2F",
+    "%00",
+    "%zz",
+    "?",
+    "#",
+    '"',
+    "'",
+    " ",
+    "\t",
+    "\x00",
+    "\ufffd",
+    "tcp:",
+    "npipe:",
+    "k3s",
+    "9" * 5000,
+    "..",
+]
+hostile_text = st.one_of(
+    st.text(),
+    st.binary().map(lambda b: b.decode("utf-8", errors="replace")),
+    st.lists(st.one_of(st.sampled_from(ENDPOINT_VOCABULARY), st.text(max_size=6)), max_size=40).map("".join),
+)
+
+
+@pytest.mark.hostile
+@given(hostile_text)
+def test_endpoint_parsers_take_anything(text: str) -> None:
+    socket = socket_of(text)
+    if socket is not None:
+        assert socket.startswith("/") and socket != "/" and "//" not in socket
+        assert all(ord(c) >= 0x20 and ord(c) != 0x7F for c in socket)
+        assert daemon_of(socket) in (*Daemon, None)
+    assert daemon_of(text) in (*Daemon, None)
+    cleaned = clean_value(text)
+    assert cleaned == clean_value(cleaned) and len(cleaned) <= len(text)
+    try:
+        named = parse_runtime_name(text)
+    except RuntimeChoiceError:
+        named = None
+    assert named is None or named.value == text
+
+
+safe_path = st.lists(
+    st.text("abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=12), min_size=1, max_size=6
+)
+
+
+@given(safe_path, st.sampled_from(["unix://{}", "unix:{}", "{}", " '{}' ", '"unix://{}" ', "unix://{}?x=1"]))
+def test_an_absolute_path_survives_every_form(parts: list[str], form: str) -> None:
+    path = "/" + "/".join(parts)
+    assert socket_of(form.format(path)) == path
+
+
+@pytest.mark.hostile
+@given(st.one_of(st.binary(), hostile_text.map(lambda t: t.encode("utf-8", errors="surrogatepass"))))
+def test_cmdline_and_flags_take_anything(raw: bytes) -> None:
+    argv = split_cmdline(raw)
+    assert all(isinstance(a, str) for a in argv)
+    flags = parse_flags(argv)
+    assert set(flags) <= {"config", "config-dir", "container-runtime-endpoint", "topology-manager-policy"}
+    settings = settings_from_flags(flags)
+    assert all(v and v == clean_value(v) for v in settings.values())
+
+
+@pytest.mark.hostile
+@given(
+    st.one_of(
+        hostile_text,
+        st.lists(
+            st.sampled_from(
+                [
+                    "KUBELET_KUBEADM_ARGS=",
+                    '"',
+                    "'",
+                    "\\",
+                    "\n",
+                    "--container-runtime-endpoint=",
+                    "x",
+                    " ",
+                    "#",
+                    "export ",
+                ]
+            ),
+            max_size=40,
+        ).map("".join),
+    )
+)
+def test_kubeadm_flags_env_takes_anything(text: str) -> None:
+    try:
+        args = kubeadm_args(text)
+    except ParseError as exc:
+        assert "never closed" in str(exc)
+    else:
+        assert all(isinstance(a, str) and a for a in args)
+        settings_from_flags(parse_flags(args))
+
+
+YAML_VOCABULARY = [
+    "containerRuntimeEndpoint: ",
+    "topologyManagerPolicy: ",
+    "kind: KubeletConfiguration\n",
+    "apiVersion: kubelet.config.k8s.io/v1beta1\n",
+    "\n",
+    "  ",
+    "- ",
+    "[",
+    "]",
+    "{",
+    "}",
+    "&a ",
+    "*a",
+    "!!",
+    "'",
+    '"',
+    ": ",
+    "9" * 5000,
+    "2001-13-45",
+    "1e99999",
+    "\x00",
+    "\ufffd",
+    "? ",
+    "|",
+    ">",
+    "#",
+]
+
+
+@pytest.mark.hostile
+@given(st.one_of(hostile_text, st.lists(st.sampled_from(YAML_VOCABULARY), max_size=40).map("".join)))
+def test_kubelet_config_parser_raises_only_parse_error(text: str) -> None:
+    try:
+        found = parse_kubelet_config(text)
+    except ParseError:
+        return
+    assert set(found) <= set(Setting)
+    assert all(isinstance(v, str) and v and v == clean_value(v) for v in found.values())

@@ -74,16 +74,26 @@ class HostExec:
         return which(HostRoot(self.root), name)
 
     def run(self, name: str, *args: str) -> str:
-        """Run the host's ``name``; its stdout, or :class:`HostExecError` naming what failed."""
+        """Run the host's ``name``; its stdout, or :class:`HostExecError` naming what failed.
+
+        The output is the host tool's, in whatever bytes it prints: it is decoded as UTF-8 with
+        undecodable bytes replaced (U+FFFD), so a vendor CLI printing Latin-1 or garbage is read,
+        never a ``UnicodeDecodeError``."""
         argv = self.command(name, *args)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
-        except FileNotFoundError as exc:
-            raise HostExecError(f"{argv[0]}: {exc.strerror}") from None
+            proc = subprocess.run(argv, capture_output=True, timeout=self.timeout, check=False)
+        except OSError as exc:  # no chroot, not executable, ...
+            raise HostExecError(f"{argv[0]}: {exc.strerror or exc}") from None
         except subprocess.TimeoutExpired:
             raise HostExecError(f"{name} did not answer within {self.timeout:.0f}s") from None
+        stdout = decode(proc.stdout)
         if proc.returncode != 0:
-            err = (proc.stderr or proc.stdout).strip().splitlines()
+            err = (decode(proc.stderr) or stdout).strip().splitlines()
             tail = err[-1] if err else "no output"
             raise HostExecError(f"{name}: exit status {proc.returncode}: {tail}")
-        return proc.stdout
+        return stdout
+
+
+def decode(data: bytes | None) -> str:
+    """A host tool's output as text: UTF-8, undecodable bytes replaced."""
+    return data.decode("utf-8", errors="replace") if data else ""

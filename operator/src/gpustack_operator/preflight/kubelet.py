@@ -71,6 +71,7 @@ CONFIG_LIMIT = 1024 * 1024  # a KubeletConfiguration is a few KiB; the cap only 
 CMDLINE_LIMIT = 256 * 1024
 MAX_DROPINS = 512  # per tree
 MAX_TREE_DEPTH = 8
+PID_DIGITS = 10  # pid_max is at most 2**22; a longer all-digit name under /proc is no process
 
 
 class Setting(StrEnum):
@@ -184,6 +185,23 @@ def split_cmdline(raw: bytes | str) -> list[str]:
     if args and args[-1] == "":
         args.pop()
     return args
+
+
+def clean_value(value: str) -> str:
+    """A setting's value as stated, without the blanks and quotes around it: ``"unix:///x.sock"``,
+    ``'restricted'`` and ``restricted  `` are the value inside (a value copied out of a shell line
+    keeps its quotes in a drop-in or ``kubeadm-flags.env``; a quoted YAML scalar keeps its blanks).
+    What is left empty states nothing (reference rules §7: "a key with nothing after it counts as
+    absent")."""
+    start, end = 0, len(value)
+    while True:  # indexes, not slices: a value of a million quotes is one pass, not a million copies
+        while start < end and value[start].isspace():
+            start += 1
+        while end > start and value[end - 1].isspace():
+            end -= 1
+        if end - start < 2 or value[start] != value[end - 1] or value[start] not in "\"'":
+            return value[start:end]
+        start, end = start + 1, end - 1
 
 
 def normalize_flag(name: str) -> str:
@@ -323,12 +341,16 @@ def parse_kubelet_config(text: str) -> dict[Setting, str]:
             continue
         if not isinstance(value, str):
             raise ParseError(f"{setting.value} is a {type(value).__name__}, not a string")
-        found[setting] = value
+        if value := clean_value(value):
+            found[setting] = value
     return found
 
 
 def settings_from_flags(flags: dict[str, str]) -> dict[Setting, str]:
-    return {s: flags[s.flag] for s in Setting if flags.get(s.flag)}
+    """The settings a command line (or ``KUBELET_KUBEADM_ARGS``) states, values cleaned; an empty one
+    states nothing."""
+    cleaned = {s: clean_value(flags.get(s.flag, "")) for s in Setting}
+    return {s: v for s, v in cleaned.items() if v}
 
 
 # -- reading the host ------------------------------------------------------------------------------
@@ -340,12 +362,18 @@ def _why(exc: OSError) -> str:
 
 def process_table_visible(host: HostRoot) -> str | None:
     """``None`` when the host's process table is visible under the root, else why not."""
-    if host.is_dir(INIT) and any(name.isdigit() for name in _listdir(host, PROC)):
+    if host.is_dir(INIT) and any(_is_pid(name) for name in _listdir(host, PROC)):
         return None
     return (
         f"{str(host.root).rstrip('/')}{INIT} is absent, so the host's process table is not visible (the node's / "
         "was mounted without its /proc; docker -v /:/host mounts it recursively, a non-recursive bind does not)"
     )
+
+
+def _is_pid(name: str) -> bool:
+    """A process directory's name: ASCII digits only (``"²".isdigit()`` holds, ``int("²")`` raises),
+    short enough to be a pid."""
+    return name.isascii() and name.isdigit() and len(name) <= PID_DIGITS
 
 
 def _listdir(host: HostRoot, path: str) -> list[str]:
@@ -369,7 +397,7 @@ def _is_kubelet(host: HostRoot, pid: str) -> bool:
 def find_kubelet(host: HostRoot) -> int | None:
     """The running kubelet's pid; the lowest where there are several (the node's own kubelet is
     started by its init, before anything a workload could add), so every pass reads the same one."""
-    pids = sorted(int(name) for name in _listdir(host, PROC) if name.isdigit())
+    pids = sorted(int(name) for name in _listdir(host, PROC) if _is_pid(name))
     return next((pid for pid in pids if _is_kubelet(host, str(pid))), None)
 
 

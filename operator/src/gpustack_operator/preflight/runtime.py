@@ -16,14 +16,18 @@
 5. **A conflict within one source** (two distribution trees naming different endpoints): every
    container step is emitted, naming both endpoints.
 
-An endpoint maps onto a CLI by the daemon its socket belongs to:
+An endpoint is read in every form the kubelet accepts (``unix:///run/x.sock``, ``unix:/run/x.sock``,
+the legacy bare path ``/run/x.sock``; blanks and quotes around it dropped: :func:`socket_of`), and
+maps onto a CLI by the daemon its socket belongs to, read from the whole path (:func:`daemon_of`):
 
-* containerd (``…/containerd.sock``, k3s/RKE2's ``/run/k3s/containerd/containerd.sock``) →
+* containerd (a ``containerd.sock``, or any socket under a ``containerd`` directory: upstream's
+  ``/run/containerd/…``, k3s/RKE2's ``/run/k3s/containerd/…``, ``/var/run/containerd/…``) →
   ``nerdctl``, or ``ctr`` when the host carries no nerdctl (then ``nerdctl_absent`` is recorded: a
   ``ctr`` step is printed as a nerdctl command, §2.6), pointed at that socket in the
-  ``gpustack-preflight`` namespace (§2.5);
-* docker (``cri-dockerd.sock``, ``dockershim.sock``, ``docker.sock``) → ``docker``, which finds its
-  own daemon;
+  ``gpustack-preflight`` namespace (§2.5); with no socket stated, the first of
+  :data:`CONTAINERD_SOCKETS` the host has;
+* docker (``cri-dockerd.sock``, ``dockershim.sock``, ``docker.sock``, e.g. ``/var/run/docker.sock``,
+  ``/run/cri-dockerd.sock``) → ``docker``, which finds its own daemon;
 * **CRI-O** (``crio.sock``): none of docker, nerdctl and ctr can talk to CRI-O's daemon, and
   probing past the endpoint would measure a runtime no workload on this node uses — so the runtime
   is named unsupported and every container step is emitted (``--runtime`` overrides). This is this
@@ -38,18 +42,30 @@ carries no such executable every container step is emitted, and the result says 
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from urllib.parse import unquote
 
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import CamelModel
 from gpustack_operator.preflight.hostexec import HOST_PATH
 from gpustack_operator.preflight.hostexec import which as host_which
-from gpustack_operator.preflight.kubelet import KubeletReading, Outcome
+from gpustack_operator.preflight.kubelet import KubeletReading, Outcome, clean_value
 
 CONTAINERD_NAMESPACE = "gpustack-preflight"
-# Where a containerd socket sits when nothing names one: upstream's default, then k3s/RKE2's.
-CONTAINERD_SOCKETS = ("/run/containerd/containerd.sock", "/run/k3s/containerd/containerd.sock")
-UNIX_SCHEME = "unix://"
+# Where a containerd socket sits when nothing names one, in the order probed (reference rules §7):
+# upstream's default, k3s/RKE2's, then the /var/run spelling (a link to /run on most hosts, a
+# directory of its own on a few).
+CONTAINERD_SOCKETS = (
+    "/run/containerd/containerd.sock",
+    "/run/k3s/containerd/containerd.sock",
+    "/var/run/containerd/containerd.sock",
+)
+UNIX_SCHEME = "unix"
+# RFC 3986 scheme, what Go's url.Parse (the kubelet's endpoint parser) takes as one.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_SLASHES = re.compile(r"/{2,}")
 RUNTIME_FLAG = "--runtime"
 PROBE_SOURCE = "probe"
 EMITTED = "every container step would be emitted instead of run"
@@ -131,23 +147,59 @@ def which(host: HostRoot, name: str) -> str | None:
 
 
 def socket_of(endpoint: str) -> str | None:
-    """The socket path of a CRI endpoint (``unix:///run/x.sock`` or the legacy bare path), or ``None``
-    for anything else (``npipe://``, ``tcp://``)."""
-    if endpoint.startswith(UNIX_SCHEME):
-        path = endpoint[len(UNIX_SCHEME) :]
-        return path if path.startswith("/") else None
-    return endpoint if endpoint.startswith("/") else None
+    """The socket path of a CRI endpoint in every form the kubelet accepts, or ``None`` for one that
+    names no unix socket (``npipe://``, ``tcp://``, ``unix://relative.sock``, a relative path).
+
+    The kubelet parses the endpoint with Go's ``url.Parse`` and dials the path of a ``unix`` URL; a
+    value with no scheme is its deprecated bare path, read as ``unix://`` + the value. So
+    ``unix:///run/x.sock``, ``unix:/run/x.sock``, ``UNIX:///run/x.sock`` and ``/run/x.sock`` are one
+    socket; the query and fragment are not part of the path, ``%xx`` is decoded, a control character
+    or a broken ``%`` escape is no URL at all. Surrounding blanks and quotes (a value copied out of a
+    shell line or a quoted YAML scalar) are dropped first, as the kubelet-file reader drops them.
+    Repeated slashes are one (``unix:////run/x.sock`` dials ``/run/x.sock``)."""
+    value = clean_value(endpoint)
+    if _has_control(value):
+        return None
+    scheme, colon, rest = value.partition(":")
+    if colon and _SCHEME.fullmatch(scheme):
+        if scheme.lower() != UNIX_SCHEME:
+            return None
+        if rest.startswith("//"):
+            authority, _, tail = rest[2:].partition("/")
+            if authority:  # unix://relative.sock: a host name and no path
+                return None
+            rest = "/" + tail
+        value = rest
+    path = value.split("#", 1)[0].split("?", 1)[0]
+    if _BAD_ESCAPE.search(path):
+        return None
+    path = _SLASHES.sub("/", unquote(path, errors="replace"))
+    if not path.startswith("/") or path == "/" or _has_control(path):  # %00 decodes to a NUL no socket has
+        return None
+    return path
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
 
 
 def daemon_of(socket: str) -> Daemon | None:
-    """The daemon a CRI socket belongs to, by its name."""
-    name = socket.rsplit("/", 1)[-1]
-    if "containerd" in name:
-        return Daemon.CONTAINERD
-    if name in ("cri-dockerd.sock", "dockershim.sock", "docker.sock"):
-        return Daemon.DOCKER
-    if "crio" in name:
-        return Daemon.CRIO
+    """The daemon a CRI socket belongs to, read from the whole path: its file name first
+    (``containerd.sock``, ``docker.sock`` / ``cri-dockerd.sock`` / ``dockershim.sock``,
+    ``crio.sock``), then the directories it sits in, innermost first -- a socket under a
+    ``containerd`` directory is containerd's (``/run/k3s/containerd/…``, ``/run/containerd/cri.sock``),
+    one under ``crio`` CRI-O's. ``None`` when nothing in it names a runtime."""
+    parts = [p.lower() for p in socket.split("/") if p]
+    if not parts:
+        return None
+    name = parts[-1].removesuffix(".sock")
+    for part in [name, *reversed(parts[:-1])]:
+        if "containerd" in part:
+            return Daemon.CONTAINERD
+        if "docker" in part:  # docker.sock, cri-dockerd.sock, dockershim.sock
+            return Daemon.DOCKER
+        if "crio" in part or "cri-o" in part:
+            return Daemon.CRIO
     return None
 
 
@@ -235,13 +287,14 @@ def _requested(
 
 def _from_endpoint(host: HostRoot, endpoint: str, socket: str | None, source: str | None) -> RuntimeResolution:
     daemon = daemon_of(socket) if socket else None
-    said = f"the kubelet is configured against {endpoint} ({source})"
+    said = f"the kubelet is configured against {clean_value(endpoint)} ({source})"
     if daemon is Daemon.CONTAINERD:
         for cli in (RuntimeName.NERDCTL, RuntimeName.CTR):
             if (binary := which(host, cli)) is not None:
                 return _driven(host, cli, binary, source=source, endpoint=endpoint, socket=socket)
         return _none(
-            f"{said}, a containerd socket, but the host carries neither nerdctl nor ctr on its PATH, so {EMITTED}",
+            f"{said}, the containerd socket {socket}, but the host carries neither nerdctl nor ctr on its PATH, "
+            f"so {EMITTED}",
             endpoint=endpoint,
             source=source,
             probed=[RuntimeName.NERDCTL.value, RuntimeName.CTR.value],
@@ -250,20 +303,21 @@ def _from_endpoint(host: HostRoot, endpoint: str, socket: str | None, source: st
         if (binary := which(host, RuntimeName.DOCKER)) is not None:
             return _driven(host, RuntimeName.DOCKER, binary, source=source, endpoint=endpoint)
         return _none(
-            f"{said}, a docker socket, but the host carries no docker on its PATH, so {EMITTED}",
+            f"{said}, the docker socket {socket}, but the host carries no docker on its PATH, so {EMITTED}",
             endpoint=endpoint,
             source=source,
             probed=[RuntimeName.DOCKER.value],
         )
     if daemon is Daemon.CRIO:
         return _none(
-            f"{said}, which is CRI-O's: this host carries no client for CRI-O that preflight can drive "
+            f"{said}, CRI-O's socket {socket}: this host carries no client for CRI-O that preflight can drive "
             f"(docker, nerdctl and ctr cannot reach its daemon), so {EMITTED}",
             endpoint=endpoint,
             source=source,
         )
+    what = f"the socket {socket}, which" if socket else "which is no unix socket and"
     return _none(
-        f"{said}, which names no runtime preflight knows (containerd, docker via cri-dockerd, CRI-O), so {EMITTED}",
+        f"{said}, {what} names no runtime preflight knows (containerd, docker via cri-dockerd, CRI-O), so {EMITTED}",
         endpoint=endpoint,
         source=source,
     )
