@@ -67,7 +67,7 @@ def test_facts_views_on_a_mixed_node() -> None:
     assert set(manufacturers) == set(NAMES)
     detected = {m: v for m, v in manufacturers.items() if v["state"] == "detected"}
     assert set(detected) == {"cambricon", "metax"}
-    assert manufacturers["nvidia"] == {"state": "none", "accelerators": 0, "groups": []}
+    assert manufacturers["nvidia"] == {"state": "none", "accelerators": 0, "pci": 0, "groups": []}
     accelerators = doc["accelerators"]
     assert isinstance(accelerators, list)
     assert sum(v["accelerators"] for v in detected.values()) == len(accelerators)

@@ -175,8 +175,9 @@ def test_topology_never_fails_the_run_whatever_it_says(tmp_path: Path) -> None:
 
 
 def test_document_order_and_what_stays_out_of_it(tmp_path: Path) -> None:
+    node = str(kn.kubeadm_node(tmp_path))
     report = api.run_preflight(
-        api.make_request(str(kn.kubeadm_node(tmp_path)), ["nvidia"]), runtime="ctr", probe_image="ubuntu:24.04"
+        api.make_request(node, ["nvidia"]), runtime="ctr", probe_image="ubuntu:24.04", host_root=node
     )
     doc = report.wire()
     assert list(doc) == ["accelerators", "network", "topology"]
@@ -198,7 +199,8 @@ def test_document_order_and_what_stays_out_of_it(tmp_path: Path) -> None:
 
 
 def test_summary_is_compact(tmp_path: Path) -> None:
-    report = api.run_preflight(api.make_request(str(kn.k3s_node(tmp_path)), ["nvidia", "amd"]))
+    node = str(kn.k3s_node(tmp_path))
+    report = api.run_preflight(api.make_request(node, ["nvidia", "amd"]), host_root=node)
     missing = Group(
         manufacturer="amd",
         timestamp=STAMP,
@@ -237,9 +239,9 @@ def test_probe_image_is_recorded_and_the_note_says_no_probe_ran() -> None:
 def test_unusable_root_report_is_not_read_and_resolves_nothing(tmp_path: Path) -> None:
     report = unusable_root_report(["nvidia"], "host root '/nope' cannot be used", runtime=RuntimeName.DOCKER)
     assert report.topology is not None and report.topology.policy is TopologyPolicy.UNKNOWN
-    assert (report.topology.note or "").startswith(f"{NOTE_NOT_READ}: the host root could not be used: host root")
+    assert (report.topology.note or "").startswith(f"{NOTE_NOT_READ}: the node view could not be used: host root")
     assert report.runtime is not None and report.runtime.runtime is RuntimeName.DOCKER and report.runtime.emitted
     assert report.failures() == ["nvidia: detection: " + (report.accelerators[0].detection.reason or "")]
     assert list(report.wire()) == ["accelerators", "topology"]
-    bare = api.run_preflight(api.make_request(str(tmp_path / "nope"), ["nvidia"]))
+    bare = api.run_preflight(api.make_request(str(tmp_path / "nope"), ["nvidia"]), host_root=str(tmp_path / "nope"))
     assert bare.runtime is not None and bare.runtime.runtime is None and "not resolved" in (bare.runtime.reason or "")

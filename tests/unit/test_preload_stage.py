@@ -465,7 +465,7 @@ def test_subtree_names_never_leave_the_lib_tree(name: str) -> None:
 
 def detection(host: Path, arch: str, outcomes: dict[str, Detected | Unmeasured]) -> NodeDetection:
     return NodeDetection(
-        host_root=str(host),
+        root=str(host),
         cpu=CpuIdentity(vendor_id="AMD", arch=arch),
         cpu_error=None,
         pci=PciScan(),
