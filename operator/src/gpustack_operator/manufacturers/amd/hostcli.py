@@ -73,10 +73,14 @@ HOST_CLI = HostCli(
     name="rocm-smi",
     args=("--showuniqueid",),
     count=count_rocm_smi_showuniqueid,
+    # What this detector reads, and only that: the amdgpu KFD topology and DRM entries in sysfs (it
+    # loads no ROCm library to count the GPUs, so /opt/rocm is never the reason it sees fewer).
     mounts=(
-        "/dev/kfd",
-        "/dev/dri",
-        "the ROCm user-space libraries (/opt/rocm), which nothing injects for you",
+        "/sys/class/kfd",
+        "/sys/class/drm",
+        "the host's /sys (-v /sys:/sys), where amdgpu publishes the KFD topology the detect pass reads",
     ),
-    lib_dir="/opt/rocm/lib",
+    # /opt/rocm/lib dangling (the spec's second mount) costs this detector only the ROCm version
+    # label, never an accelerator, so it is not named as why the container sees fewer.
+    lib_dir=None,
 )
