@@ -7,6 +7,7 @@ from gpustack_operator.discovery.naming import (
     format_binary_si,
     format_memory_suffix,
     group_id,
+    group_ids,
     normalize_name,
     sanitize_label_value,
     strip_cpu_cruft,
@@ -125,3 +126,44 @@ def test_binary_si_round_trips_within_half_a_unit(mib: int) -> None:
     number, unit = int(text[:-2]), text[-2:]
     scale = 1024 ** units[unit]
     assert abs(number * scale - mib * 2**20) <= scale // 2
+
+
+def test_group_ids_are_the_reference_ids_when_unique() -> None:
+    models = [("NVIDIA H100 80GB HBM3", 81559), ("NVIDIA L40S", 46068)]
+    assert group_ids("nvidia", models, with_memory=False) == ["h100-80gb-hbm3", "l40s"]
+    assert group_ids("nvidia", models, with_memory=True) == ["h100-80gb-hbm3-80g", "l40s-45g"]
+
+
+def test_colliding_group_ids_carry_their_memory() -> None:
+    # one driver name for two memory sizes: each colliding group carries the GROUP_ID_WITH_MEMORY suffix
+    models = [("NVIDIA A100-SXM4", 40960), ("NVIDIA H100", 81559), ("NVIDIA A100-SXM4", 81920)]
+    assert group_ids("nvidia", models, with_memory=False) == ["a100-sxm4-40g", "h100", "a100-sxm4-80g"]
+    assert group_ids("nvidia", models, with_memory=False)[0] == group_id("nvidia", "NVIDIA A100-SXM4", 40960, True)
+
+
+def test_ids_still_shared_take_an_ordinal() -> None:
+    # two names normalizing alike, one memory: the suffix cannot tell them apart
+    models = [("NVIDIA A100", 40960), ("A100", 40960)]
+    assert group_ids("nvidia", models, with_memory=False) == ["a100-40g", "a100-40g-2"]
+    assert group_ids("nvidia", models, with_memory=True) == ["a100-40g", "a100-40g-2"]
+    long = [("X" * 80, 1024), ("x" * 80, 1024)]
+    ids = group_ids("nvidia", long, with_memory=False)
+    assert len(set(ids)) == 2 and all(len(f"nvidia-{i}") <= 63 for i in ids)
+
+
+def test_unnamed_groups_stay_unnamed() -> None:
+    assert group_ids("amd", [("", 16368), ("", 196592)], with_memory=False) == ["", ""]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["NVIDIA A100", "A100", "a100", "NVIDIA", "H100 PCIe", ""]), st.integers(0, 300000)),
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_group_ids_never_collide(models: list[tuple[str, int]], with_memory: bool) -> None:
+    ids = group_ids("nvidia", list(dict.fromkeys(models)), with_memory)
+    named = [i for i in ids if i]
+    assert len(named) == len(set(named))
+    assert all(len(f"nvidia-{i}") <= 63 for i in named)

@@ -7,6 +7,8 @@ the worker (reading NFD labels) and the Device Manager (reading the host) cannot
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
 
 # The label key budget: 63 characters for the name part of a key.
 LABEL_NAME_MAX = 63
@@ -118,6 +120,53 @@ def group_id(manufacturer: str, name: str, memory_mib: int, with_memory: bool) -
     if not with_memory:
         return slug
     return f"{slug}-{format_memory_suffix(memory_mib)}"
+
+
+def group_ids(manufacturer: str, models: Sequence[tuple[str, int]], with_memory: bool) -> list[str]:
+    """The ids of one manufacturer's groups in one pass (``models``: each group's name and memory MiB,
+    in enumeration order), so that no two of them share an id.
+
+    Each id is :func:`group_id`'s, unchanged whenever it is unique -- the reference rule. Two groups
+    sharing one is what the reference does not guard against: two memory sizes of one product (a
+    driver naming the A100 40 GB and 80 GB both ``NVIDIA A100-SXM4``), or two names that normalize
+    alike. The ledger keys a group by id and manufacturer, and the node labels by
+    ``<manufacturer>-<id>``, so the two would merge into one group with one memory. The rule:
+
+    1. when memory is not already in the id (``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`` off), every
+       group whose id collides carries its memory, the very suffix that setting adds
+       (``a100-sxm4-40g``, ``a100-sxm4-80g``); the groups that do not collide keep the bare id;
+    2. ids still shared after that (the memory rounds to one suffix, or memory was already in the
+       id) take ``-2``, ``-3``, ... after the first, in enumeration order, the name shortened to fit
+       the label budget.
+
+    An unnamed group (empty id: no name, reference rules §2) stays empty: it has no label and the
+    preflight reports it as not named, rather than a made-up identity.
+    """
+    ids = [group_id(manufacturer, name, memory, with_memory) for name, memory in models]
+    if not with_memory:
+        counts = Counter(i for i in ids if i)
+        ids = [
+            group_id(manufacturer, name, memory, True) if ident and counts[ident] > 1 else ident
+            for ident, (name, memory) in zip(ids, models, strict=True)
+        ]
+    budget = LABEL_NAME_MAX - len(manufacturer) - 1 - len(".product")  # the longest key on an aKey
+    taken = set(ids)
+    seen: set[str] = set()
+    out = []
+    for ident in ids:
+        if ident and ident in seen:
+            ordinal = 2
+            while True:
+                suffix = f"-{ordinal}"
+                candidate = ident[: budget - len(suffix)].rstrip("-_.") + suffix
+                if candidate not in taken:
+                    break
+                ordinal += 1
+            taken.add(candidate)
+            ident = candidate
+        seen.add(ident)
+        out.append(ident)
+    return out
 
 
 _LABEL_VALUE_MAX = 63

@@ -2,8 +2,10 @@
 
 A backend produces one :class:`Found` per accelerator it could identify, in its own enumeration
 order; :func:`build_groups` assigns logical indexes (ascending, the order positional injection uses),
-groups accelerators of one model (same name and memory), computes the group id, and fills topology
-from the PCI scan by bus id (NUMA node, CPU affinity, bridges) where the backend did not.
+groups accelerators of one model (same name and memory), computes the group ids (one rule,
+:func:`~gpustack_operator.discovery.naming.group_ids`: two groups of a manufacturer never share one --
+colliding groups carry their memory, as ``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`` would), and fills
+topology from the PCI scan by bus id (NUMA node, CPU affinity, bridges) where the backend did not.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from gpustack_operator.discovery.naming import group_id
+from gpustack_operator.discovery.naming import group_ids
 from gpustack_operator.discovery.pci import PciScan
 from gpustack_operator.ledger.models import (
     Accelerator,
@@ -90,7 +92,7 @@ def build_groups(manufacturer: str, found: list[Found], pci: PciScan, settings: 
         key = (item.name, item.memory_mib)
         if key not in groups:
             groups[key] = DevicesGroup(
-                id=group_id(manufacturer, item.name, item.memory_mib, settings.group_id_with_memory),
+                id="",  # assigned below, once every group of the pass is known
                 manufacturer=manufacturer,
                 name=item.name,
                 memory=item.memory_mib,
@@ -101,4 +103,8 @@ def build_groups(manufacturer: str, found: list[Found], pci: PciScan, settings: 
                 family=item.family or None,
             )
         groups[key].accelerators.append(accelerator)
+    for group, ident in zip(
+        groups.values(), group_ids(manufacturer, list(groups), settings.group_id_with_memory), strict=True
+    ):
+        group.id = ident
     return list(groups.values())
