@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="amd.com/gpu",
     runtime_name="amd",
     accelerator_classes=("03", "12"),  # Instinct MI300 is a processing accelerator (1200)
+    kernel_drivers=("amdgpu",),
     partition_kind=None,
     # one artifact for every ROCm version
     preload=PreloadLibrary(

@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="huawei.com/npu",
     runtime_name="ascend",
     accelerator_classes=("12",),
+    kernel_drivers=("devdrv_device_driver",),  # what the Atlas 800T A2 NPUs bind to
     partition_kind=None,
     # vcann-rt per CANN major and SoC family; major 8 when unknown (reference rules §9)
     preload=PreloadLibrary(directory="ascend", runtime="cann", default_major=8, per_family=True),

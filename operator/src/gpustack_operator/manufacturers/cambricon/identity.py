@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="cambricon.com/mlu",
     runtime_name="cambricon",
     accelerator_classes=("12", "03", "0b"),
+    kernel_drivers=("cambricon_drv",),  # the module name (cambricon_drv.ko); not checked on hardware
     partition_kind=None,
     preload="Cambricon slices with cnDev sMLU profiles in the driver; it takes no preload library",
     products={

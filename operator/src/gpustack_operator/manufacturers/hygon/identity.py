@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="hygon.com/dcu",
     runtime_name="hygon",
     accelerator_classes=("03", "0b", "12"),  # Z100L is 0380, the K100 family 0b40 (co-processor)
+    kernel_drivers=("hydcu", "hycu"),  # hydcu, renamed hycu in newer DCU driver releases
     partition_kind="mig",
     preload="Hygon slices through the host DTK/hyhal runtime (vdev.conf); it takes no preload library",
     # DCU PCI device ids as Hygon's installation guides list them (lspci: ZIFANG / KONGMING), and

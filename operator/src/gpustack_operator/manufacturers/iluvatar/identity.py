@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="iluvatar.com/gpu",
     runtime_name="iluvatar",
     accelerator_classes=("03", "0b", "12"),
+    kernel_drivers=("iluvatar",),  # not checked on hardware
     partition_kind=None,
     # the CUDA 12 HAMi-core build, one flat directory (no runtime-version subdivision)
     preload=PreloadLibrary(directory="iluvatar"),

@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="metax-tech.com/gpu",
     runtime_name="metax",
     accelerator_classes=("03", "0b", "12"),
+    kernel_drivers=("metax",),
     partition_kind=None,
     preload="MetaX slices with sysfs sgpu subdevices; it takes no preload library",
     products={},

@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="mthreads.com/gpu",
     runtime_name="mthreads",
     accelerator_classes=("03", "0b", "12"),
+    kernel_drivers=("mtgpu",),
     partition_kind=None,
     preload="MThreads slices with the host sGPU kernel module; it takes no preload library",
     products={},

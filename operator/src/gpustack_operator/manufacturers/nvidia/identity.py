@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="nvidia.com/gpu",
     runtime_name="nvidia",
     accelerator_classes=("03",),
+    kernel_drivers=("nvidia",),  # NVSwitches bind nvidia-nvswitch, and are no accelerator
     partition_kind="mig",
     # HAMi-core per CUDA major; major 12 when the runtime version is unknown (reference rules §5)
     preload=PreloadLibrary(directory="nvidia", runtime="cuda", default_major=12),

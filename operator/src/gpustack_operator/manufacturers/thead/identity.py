@@ -9,6 +9,7 @@ IDENTITY = Identity(
     resource_name="alibabacloud.com/ppu",
     runtime_name=None,
     accelerator_classes=("03", "0b", "12"),
+    kernel_drivers=("alixpu",),  # the driver behind /dev/alixpu_ppu<N>; not checked on hardware
     partition_kind="mig",
     # built from the operator's own sources
     preload=PreloadLibrary(
