@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.ledger.models import Accelerator, AcceleratorLogicalSliced, AcceleratorStatus, DevicesGroup
 from gpustack_operator.preload.layout import runtime_major, wanted_subtrees
 from gpustack_operator.preload.stage import validate_subtree
 from hypothesis import given
@@ -161,3 +161,39 @@ def test_a_runtime_subdir_needs_a_default_major() -> None:
 
     with pytest.raises(ValueError, match="needs a default major"):
         PreloadLibrary(directory="x", runtime="cuda")
+
+
+def sliced_group(
+    manufacturer: str, runtime: str | None, family: str | None, counts: list[int | None], gid: str = ""
+) -> DevicesGroup:
+    """A group whose accelerators the detection offered these logical slice counts (``None``: absent)."""
+    g = group(manufacturer, runtime, family, gid)
+    g.accelerators = [
+        Accelerator(
+            id=f"{g.id}-{i}",
+            index=i,
+            status=AcceleratorStatus(logical_sliced=None if n is None else AcceleratorLogicalSliced(count=n)),
+        )
+        for i, n in enumerate(counts)
+    ]
+    return g
+
+
+def test_an_ascend_pair_without_a_slicing_build_is_not_staged() -> None:
+    # 950 slices on CANN 9 only (reference rules §9): on CANN 8 the detection offers no slicing, and
+    # the staging must not then demand ascend/cann-8-950, which the image never built
+    from gpustack_operator.manufacturers.ascend import soc
+
+    assert soc.logical_sliced("950", "8.0.RC2") is None
+    unsliced = sliced_group("ascend", "8.0.RC2", "950", [None, None], gid="ascend-950pr")
+    sliced = sliced_group("ascend", "8.0.RC2", "910B", [63], gid="ascend-910b2")
+    layout = wanted_subtrees([unsliced, sliced], "arm64")
+    assert layout.subtrees == ["ascend/cann-8-910b"]
+    (skip,) = layout.skipped
+    assert skip.group == "ascend-950pr" and "logical slicing" in skip.reason and "950" in skip.reason
+
+
+def test_cards_offering_no_logical_slices_need_no_library() -> None:
+    assert wanted_subtrees([sliced_group("nvidia", "12.2", None, [0, 0])], "amd64").subtrees == []  # all in MIG mode
+    assert wanted_subtrees([sliced_group("nvidia", "12.2", None, [0, 128])], "amd64").subtrees == ["nvidia/cuda-12"]
+    assert wanted_subtrees([sliced_group("thead", None, None, [None])], "amd64").subtrees == []  # mode unreadable

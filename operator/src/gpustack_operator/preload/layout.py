@@ -20,8 +20,9 @@ T-Head     ``thead``                        built from the operator's own source
 ========== ================================ ==================================================
 
 Cambricon, Hygon, MetaX and MThreads enforce slices in the host driver or the hardware and take no
-preload library (their identities say so, and why). The result is pure: it depends only on the groups
-and the CPU architecture.
+preload library (their identities say so, and why). A group whose accelerators are offered no
+logical slicing takes none either (see :func:`wanted_subtrees`). The result is pure: it depends only
+on the groups and the CPU architecture.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.ledger.models import Accelerator, DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import PreloadLibrary
 
@@ -121,11 +122,36 @@ def _subtree(
     return f"{rule.directory}/{subdir}-{major}{suffix}"
 
 
+def _offers_logical_slices(accelerator: Accelerator) -> bool:
+    sliced = accelerator.status.logical_sliced
+    return sliced is not None and sliced.count > 0
+
+
+def _not_sliced(group: DevicesGroup) -> str:
+    what = ", ".join(
+        f"{label} {value}"
+        for label, value in (("family", group.family), ("runtime", group.runtime_version))
+        if value is not None
+    )
+    return (
+        "none of its accelerators is offered logical slicing"
+        + (f" ({what})" if what else "")
+        + ": the preload library serves logical slices only, so none is staged"
+    )
+
+
 def wanted_subtrees(groups: list[DevicesGroup], arch: str) -> Layout:
     """The preload-library subtrees a node with ``groups`` on a CPU of ``arch`` needs.
 
     ``arch`` is the detection's ``cpu.arch`` (``amd64``, ``arm64``; ``aarch64`` is taken as
-    ``arm64``; anything else, ``unknown`` included, excludes nothing)."""
+    ``arm64``; anything else, ``unknown`` included, excludes nothing).
+
+    A group none of whose accelerators the detection offered logical slicing (``logicalSliced``
+    absent or count 0) needs none: an Ascend family/CANN pair the image ships no vcann-rt build
+    for (``ascend/soc.py``; reference rules §9), cards in MIG mode, cards whose mode could not be
+    read. Demanding its subtree would fail the whole node's staging on a directory that was never
+    built, for slices nobody is offered. A group carrying no accelerators at all says nothing
+    about slicing and is laid out by its rule alone."""
     wanted: set[str] = set()
     skipped: list[SkippedGroup] = []
     assumptions: list[str] = []
@@ -144,6 +170,9 @@ def wanted_subtrees(groups: list[DevicesGroup], arch: str) -> Layout:
             continue
         if on_arm64 and rule.no_arm64:
             skip(group, rule.no_arm64)
+            continue
+        if group.accelerators and not any(_offers_logical_slices(a) for a in group.accelerators):
+            skip(group, _not_sliced(group))
             continue
         subtree = _subtree(group, rule, skip, assumptions)
         if subtree is not None:
