@@ -69,13 +69,25 @@ def test_detects_ppus_logical_and_partitioned() -> None:
         assert [(pl.start, pl.length) for pl in p2.placements] == [(0, 2), (2, 2), (4, 2), (6, 2)]
 
 
-def test_unreadable_mig_mode_falls_back_to_logical(tmp_path: Path) -> None:
+def test_unreadable_mig_mode_fails_closed(tmp_path: Path) -> None:
     root = copy_host("thead-ppu", tmp_path)
     edit_fixture(root, device_6_mig_error=999)
     outcome = detect(root)
     assert isinstance(outcome, Detected)
+    accs = outcome.groups[0].accelerators
+    assert len(accs) == 8  # still detected
+    assert accs[6].status.physical_sliced is None and accs[6].status.logical_sliced is None  # neither
+    assert accs[7].status.physical_sliced is not None and accs[0].status.logical_sliced is not None
+
+
+def test_mig_not_supported_is_logical_slicing(tmp_path: Path) -> None:
+    root = copy_host("thead-ppu", tmp_path)
+    edit_fixture(root, device_6_mig_error=3)  # NOT_SUPPORTED
+    outcome = detect(root)
+    assert isinstance(outcome, Detected)
     acc6 = outcome.groups[0].accelerators[6]
-    assert acc6.status.physical_sliced is None and acc6.status.logical_sliced is not None
+    assert acc6.status.physical_sliced is None
+    assert acc6.status.logical_sliced is not None and acc6.status.logical_sliced.count == 128
 
 
 def test_failure_injection(tmp_path: Path) -> None:

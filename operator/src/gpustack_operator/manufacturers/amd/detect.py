@@ -4,7 +4,8 @@ Everything detection needs is published by ``amdgpu`` in sysfs (see :mod:`..kfd`
 library is loaded: the card's identity is the KFD ``unique_id`` in the form ROCr and
 ``ROCR_VISIBLE_DEVICES`` use (``GPU-`` + 16 hex digits), its shape (CUs, shader engines, XCCs, gfx
 target) is what HSA derives from the same file. What is AMD's own here: how a card is named, the
-family label, where the driver and ROCm versions are recorded, and the logical-slicing offer.
+family label, where the driver and ROCm versions are recorded, and the logical-slicing offer. On an
+arm64 node there is no AMD accelerator (:mod:`..arch`): ``Detected([])`` with the reason.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import AcceleratorLogicalSliced
 from gpustack_operator.manufacturers import kfd
 from gpustack_operator.manufacturers.amd.products import host_tables, marketing_name
-from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, MonitorOutcome
+from gpustack_operator.manufacturers.arch import absent_on_arm64
+from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, Measured, MonitorOutcome
 
 # AMD has no partitioning mode the operator drives, so logical slicing is unconditional. The count
 # is the reference's deliberately loose token pool (128, as NVIDIA's and T-Head's; a slice is bound
@@ -59,9 +61,15 @@ VENDOR = kfd.KfdVendor(
 )
 
 
+# supplement "Where the preload libraries come from": no AMD node on arm64 (see ..arch)
+NOT_ON_ARM64 = "ROCm publishes no aarch64 user space (the detector's libraries do not load there)"
+
+
 def detect(ctx: DetectContext) -> DetectOutcome:
-    return kfd.detect(ctx, VENDOR)
+    return absent_on_arm64(ctx, NOT_ON_ARM64) or kfd.detect(ctx, VENDOR)
 
 
 def monitor(ctx: DetectContext) -> MonitorOutcome:
+    if absent_on_arm64(ctx, NOT_ON_ARM64) is not None:
+        return Measured([])
     return kfd.monitor(ctx, VENDOR)

@@ -6,9 +6,12 @@ uuid or name cannot be read → dropped with a warning.
 
 Logical and physical slicing are mutually exclusive per accelerator (§5.1): a PPU whose current MIG
 mode is on reports only its MIG-named partition profiles (``physicalSliced``; none at all when the
-driver offers no usable profile), every other PPU — MIG off, unsupported, or unreadable (logged) —
-advertises logical slicing through the ``hggc_quota.so`` preload pair: a 128-slice pool with compute
-overcommit (the cap is a duty-cycle window), as the reference detector publishes. Profiles whose
+driver offers no usable profile), a PPU whose mode is off or not supported (``NOT_SUPPORTED``, or an
+HGML without the MIG API) advertises logical slicing through the ``hggc_quota.so`` preload pair: a
+128-slice pool with compute overcommit (the cap is a duty-cycle window), as the reference detector
+publishes. A mode that could not be read for any other reason fails closed: that PPU offers neither
+(logged), since advertising logical slices on a partitioned PPU sells capacity it cannot serve. On an
+arm64 node there is no PPU at all (:mod:`..arch`). Profiles whose
 name carries a ``+`` (media-engine/graphics variants) or cannot be a resource-name segment are not
 offered; a profile whose placements cannot be read is withheld. ``physical_indexes`` is the device
 minor number (``/dev/alixpu_ppu<N>``); when the driver cannot answer for it the enumeration index is
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import re
 
 from gpustack_operator.host.libs import LibrarySpec
 from gpustack_operator.ledger.models import (
@@ -29,14 +31,17 @@ from gpustack_operator.ledger.models import (
     AcceleratorPlacement,
 )
 from gpustack_operator.manufacturers import libbackend
-from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, MonitorOutcome
+from gpustack_operator.manufacturers.arch import absent_on_arm64
+from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, Measured, MonitorOutcome
 from gpustack_operator.manufacturers.groups import Found, normalize_bus_id
 from gpustack_operator.manufacturers.libbackend import Device, Figure, Versions, optional, pci_address
+from gpustack_operator.manufacturers.migprofiles import profile_name
 from gpustack_operator.manufacturers.thead.hgml import (
     GPU_INSTANCE_PROFILE_COUNT,
     GpuInstanceProfile,
     Hgml,
     HgmlError,
+    MissingSymbolError,
     runtime_version_string,
 )
 
@@ -50,17 +55,6 @@ LIBRARY = LibrarySpec(
 LOGICAL_SLICES = 128
 CARD_MEMORY_SLICES = 8  # fallback divisor when the driver enumerates no placement
 NOT_SUPPORTED = 3
-
-_SEGMENT = re.compile(r"^[a-z0-9]([a-z0-9.\-]*[a-z0-9])?$")
-
-
-def profile_name(raw: str) -> str | None:
-    """The requestable name of a GPU-instance profile (``"MIG 1g.12gb"`` → ``"1g.12gb"``), or ``None``
-    for a media/graphics variant (``+``) or a name that cannot be a resource-name segment."""
-    name = raw.strip().removeprefix("MIG ").strip().lower()
-    if not name or "+" in name or len(name) > 63 or not _SEGMENT.match(name):
-        return None
-    return name
 
 
 def sliced_profile(
@@ -114,14 +108,19 @@ def slicing(
 ) -> tuple[AcceleratorLogicalSliced | None, AcceleratorPhysicalSliced | None]:
     try:
         mig_on, _pending = hg.mig_mode(handle)
+    except MissingSymbolError:
+        mig_on = False  # an HGML without the MIG API: a PPU that cannot be partitioned
     except HgmlError as exc:
         if exc.code != NOT_SUPPORTED:
+            # fail closed: which family the PPU can serve is what the unread mode decides, so it
+            # offers neither until the mode reads again (a pending Pod, not a failing one)
             log.error(
-                "thead: the partitioning mode of %s could not be read (%s); reported as not partitioned — if it "
-                "is in fact on, the PPU advertises logical slicing it cannot serve",
+                "thead: the partitioning mode of %s could not be read (%s); it offers neither logical slices "
+                "nor partitions until it can be read",
                 uuid,
                 exc,
             )
+            return None, None
         mig_on = False
     if not mig_on:
         return AcceleratorLogicalSliced(count=LOGICAL_SLICES, cores_percentage_overcommit=True), None
@@ -206,9 +205,15 @@ class HgmlBackend:
 BACKEND = HgmlBackend()
 
 
+# supplement "Where the preload libraries come from": a PPU only exists in an x86_64 host (see ..arch)
+NOT_ON_ARM64 = "the PPU SDK is x86_64-only (a PPU only exists in an x86_64 host)"
+
+
 def detect(ctx: DetectContext) -> DetectOutcome:
-    return libbackend.detect(BACKEND, ctx)
+    return absent_on_arm64(ctx, NOT_ON_ARM64) or libbackend.detect(BACKEND, ctx)
 
 
 def monitor(ctx: DetectContext) -> MonitorOutcome:
+    if absent_on_arm64(ctx, NOT_ON_ARM64) is not None:
+        return Measured([])
     return libbackend.monitor(BACKEND, ctx)
