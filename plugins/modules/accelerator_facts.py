@@ -114,13 +114,17 @@ ansible_facts:
           returned: when the inventory was taken
         manufacturers:
           description: >-
-            Per manufacturer asked about - state (detected, none, unmeasured), accelerators (count),
-            groups (ids), reason (when unmeasured).
+            Per manufacturer asked about - state (detected, none, incomplete, unmeasured), accelerators
+            (the count the driver named), pci (the count of its accelerators on the PCI bus; null when
+            the bus was not consulted), groups (ids), reason (when incomplete or unmeasured). State
+            incomplete is "the bus shows N, the driver answers M" (a driver not loaded, a library not
+            mounted, a card fallen off the driver, accelerators it could not identify) and adds missing,
+            unanswered (bus addresses), driver (what the library said) and dropped.
           type: dict
           returned: always
           sample:
-            nvidia: {state: detected, accelerators: 8, groups: [h100-80gb-hbm3]}
-            amd: {state: none, accelerators: 0, groups: []}
+            nvidia: {state: detected, accelerators: 8, pci: 8, groups: [h100-80gb-hbm3]}
+            amd: {state: none, accelerators: 0, pci: 0, groups: []}
         accelerators:
           description: >-
             One entry per accelerator - id, manufacturer, group, name, index, memory (MiB), pciBusId,

@@ -67,17 +67,22 @@ def test_fleet_playbook_writes_the_report(
         f"preflight_report_dir={reports}",
     )
     out = proc.stdout + proc.stderr
-    # one host cannot be read and one cannot be reached: the run fails, after writing the report
+    # one host cannot be read, one carries GPUs whose driver is not loaded, one cannot be reached:
+    # the run fails, after writing the report
     assert proc.returncode != 0, out
-    assert "fleet preflight: 20 hosts, 18 ok, 1 unavailable, 1 unreachable" in out
+    assert "fleet preflight: 20 hosts, 17 ok, 2 unavailable, 1 unreachable" in out
     # the verdict lands on the hosts it is about: the recap fails exactly the two that are not ok
     recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.MULTILINE))
     assert len(recap) == 20, out[-3000:]
-    assert {host for host, failed in recap.items() if failed != "0"} == {"broken-sysfs-01", "gone-01"}, out[-3000:]
+    assert {host for host, failed in recap.items() if failed != "0"} == {
+        "broken-sysfs-01",
+        "nodriver-01",
+        "gone-01",
+    }, out[-3000:]
     (yaml_path,) = reports.glob("preflight-*.yaml")
     (html_path,) = reports.glob("preflight-*.html")
     doc = yaml.safe_load(yaml_path.read_text())
-    assert doc["summary"] == {"hosts": 20, "ok": 18, "unavailable": 1, "unreachable": 1, "failed": 0}
+    assert doc["summary"] == {"hosts": 20, "ok": 17, "unavailable": 2, "unreachable": 1, "failed": 0}
     hosts = doc["hosts"]
     assert hosts["gone-01"]["status"] == "unreachable"
     assert hosts["broken-sysfs-01"]["status"] == "unavailable"
@@ -104,10 +109,12 @@ def test_fleet_playbook_writes_the_report(
     ]:
         answer = detection(node, manufacturer)
         assert (answer["state"], answer["accelerators"]) == ("ok", count), (node, answer)
-    assert detection("nodriver-01", "nvidia")["state"] == "not-declared"
+    # a half-installed node is never green: the bus shows two GPUs, the driver named none
+    nodriver = detection("nodriver-01", "nvidia")
+    assert nodriver["state"] == "unavailable" and "the PCI bus shows 2 accelerator(s)" in str(nodriver["reason"])
     junit = ET.parse(next(reports.glob("preflight-*.junit.xml"))).getroot()
     assert junit.get("errors") == "1"  # the unreachable host
-    assert int(junit.get("failures", "0")) == 9  # every manufacturer of the unreadable host
+    assert int(junit.get("failures", "0")) == 10  # every manufacturer of the unreadable host, and nodriver's NVIDIA
     html = html_path.read_text()
     assert 'data-host="hgx-h100-01"' in html and 'data-state="unavailable"' in html
     assert "<script" not in html
@@ -156,8 +163,9 @@ def test_check_mode(ansible_env: dict[str, str], tmp_path: Path) -> None:
     proc = playbook(
         ansible_env, "-i", str(FLEET), "--check", "--limit", "nvidia", "-e", f"preflight_report_dir={tmp_path}"
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fleet preflight: 5 hosts, 5 ok, 0 unavailable, 0 unreachable" in proc.stdout
+    # check mode changes nothing about the verdict: the node whose driver is not loaded still fails
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "fleet preflight: 5 hosts, 4 ok, 1 unavailable, 0 unreachable" in proc.stdout
     assert list(tmp_path.glob("preflight-*.html"))
 
 
