@@ -164,7 +164,7 @@ def replica(tmp_path_factory):
         make_enterable(local)
         wanted = fleet.get(name, {}).get("gpustack_manufacturers")
         only = ["--manufacturer", ",".join(wanted)] if wanted else []
-        proc = cli("dm", "preflight", "--host-root", str(local), *only)
+        proc = cli("dm", "preflight", "--detect-root", str(local), "--host-root", str(local), *only)
         assert proc.returncode in (0, 1), proc.stderr
         result[name] = (proc.returncode, yaml.safe_load(proc.stdout), str(local))
     return result
