@@ -154,3 +154,22 @@ def test_through_ansible_runner_in_check_mode(
     assert res["runtime"]["source"] == "--runtime" and res["runtime"]["runtime"] == "nerdctl"
     assert res["summary"]["states"] == {"ok": 1, "unavailable": 0, "not-declared": 1}
     assert res["report"]["topology"]["depth"] == "declared"
+
+
+def test_detect_root_pairs_a_container_view_with_its_host(
+    ansible_env: dict[str, str], inventory: Path, tmp_path: Path
+) -> None:
+    """``detect_root`` (inventory ``gpustack_detect_root``) relocates the node view: a view without
+    libnvidia-ml (the container runtime did not inject it) against the full host is unavailable,
+    naming the runtime; the host root alone is never detected through."""
+    view = copy_host("h100-sxm-8x", tmp_path / "view")
+    for lib in view.glob("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1*"):
+        lib.unlink()
+    rc, body, out = adhoc(ansible_env, inventory, f"detect_root={view} fail_on=never")
+    assert rc == 0, out
+    (nvidia,) = [g for g in body["report"]["accelerators"] if g["manufacturer"] == "nvidia"]  # type: ignore[index]
+    det = nvidia["detection"]
+    assert det["state"] == "unavailable" and det["accelerators"] == 0 and det["host"]["accelerators"] == 8
+    assert any("--runtime nvidia" in m for m in det["host"]["missingMounts"])
+    empty_rc, empty, empty_out = adhoc(ansible_env, inventory, "host_root=' '")
+    assert empty_rc != 0 and "host_root is empty" in empty_out, empty_out
