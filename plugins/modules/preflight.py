@@ -47,8 +47,8 @@ options:
     description:
       - The node view the detect pass reads as its own (its C(/sys), C(/dev) and vendor libraries), when
         it is not O(host_root) -- e.g. a captured container view replayed against its host.
-      - Defaults to O(host_root): on the node itself the two contexts are one root. O(host_root) is then
-        only entered for the host's own vendor CLI and read for the kubelet's configuration.
+      - Defaults to O(host_root), since on the node itself the two contexts are one root. When set,
+        O(host_root) is only entered for the host's own vendor CLI and read for the kubelet's configuration.
     type: path
   dry_run:
     description:

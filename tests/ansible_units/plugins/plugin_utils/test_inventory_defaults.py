@@ -16,7 +16,11 @@ class HostRootOnly(InventoryDefaultsAction):
 
 
 def test_the_variables_follow_the_option_names() -> None:
-    assert INVENTORY_DEFAULTS == {"host_root": "gpustack_host_root", "manufacturers": "gpustack_manufacturers"}
+    assert INVENTORY_DEFAULTS == {
+        "host_root": "gpustack_host_root",
+        "manufacturers": "gpustack_manufacturers",
+        "detect_root": "gpustack_detect_root",
+    }
     assert InventoryDefaultsAction.DEFAULTED == ("host_root", "manufacturers")
 
 
