@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 DEFAULT_PCI_CLASS_PREFIXES: tuple[str, ...] = ("02", "03", "0b", "12")
 
-_HEX = re.compile(r"^[0-9a-f]+$")
+_HEX = re.compile(r"^[0-9a-f]+\Z")  # not "$", which also matches before a trailing newline
 
 
 class SettingsError(ValueError):
@@ -63,7 +63,11 @@ class PciVendorMatch(BaseModel):
         klass, sep, vendor = text.rpartition("_")
         vendor = vendor.removeprefix("0x")
         klass = klass.removeprefix("0x")
-        if not _HEX.match(vendor) or len(vendor) != 4 or (sep and (not klass or not _HEX.match(klass))):
+        if (
+            not _HEX.match(vendor)
+            or len(vendor) != 4
+            or (sep and (not klass or not _HEX.match(klass) or len(klass) > 6))  # a class code has 6 digits
+        ):
             raise SettingsError(
                 f"{variable}: {raw!r} is not a PCI vendor id; use 4 hex digits (10de) or <class>_<vendor> (0302_10de)"
             )

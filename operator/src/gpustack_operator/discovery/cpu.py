@@ -11,6 +11,7 @@ Two halves, kept apart on purpose:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel
@@ -101,14 +102,20 @@ def parse_cpuinfo(text: str) -> list[dict[str, str]]:
     return blocks
 
 
+# What the kernel writes for the numeric fields read here: ``%u`` / ``%d`` decimals and ``0x%x`` hex
+# (``CPU implementer : 0x41``), never signed, never wider than 32 bits. ``int()`` alone would also take
+# ``-6``, ``1_0``, Unicode digits and 5000-digit numbers.
+_DECIMAL_FIELD = re.compile(r"[0-9]{1,10}")
+_HEX_FIELD = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,8}")
+
+
 def _int_field(block: Mapping[str, str], key: str, base: int = 10) -> int | None:
     value = block.get(key)
     if value is None:
         return None
-    try:
-        return int(value, base)
-    except ValueError:
-        raise CpuInfoError(f"field {key!r} is not a number: {value[:40]!r}") from None
+    if not (_HEX_FIELD if base == 16 else _DECIMAL_FIELD).fullmatch(value):
+        raise CpuInfoError(f"field {key!r} is not a number as the kernel writes it: {value[:40]!r}")
+    return int(value, base)
 
 
 def identity_from_cpuinfo(blocks: list[dict[str, str]], midr: int | None = None) -> CpuIdentity:
@@ -217,15 +224,25 @@ def general_node_key(
       counts as absent; a present name is used even when it normalizes to nothing;
     * without a name: ``<family>-<id>`` from the cpu-model labels, only when both exist;
     * no id → the key is the manufacturer alone.
+
+    Whatever the values, the key is a label name with room for ``.capacity`` (at most 54
+    characters): the manufacturer and ``<family>-<id>`` go through the same sanitizer as the name
+    (a no-op on the values NFD writes), the manufacturer is cut to the budget, and an id that has no
+    room left is dropped rather than left unbounded.
     """
-    manufacturer = (vendor_id or "").strip().lower()
-    if manufacturer in ("", VENDOR_UNKNOWN.lower()):
-        manufacturer = GENERIC
+    raw_manufacturer = (vendor_id or "").strip()
+    manufacturer = ""
+    if raw_manufacturer.lower() != VENDOR_UNKNOWN.lower():
+        manufacturer = normalize_name(raw_manufacturer, "", GENERAL_KEY_BUDGET, False)
+    manufacturer = manufacturer or GENERIC
+    budget = GENERAL_KEY_BUDGET - len(manufacturer)
     ident = ""
-    if cpu_name is not None and not cpu_name.startswith("@"):
-        ident = normalize_name(cpu_name, manufacturer, GENERAL_KEY_BUDGET - len(manufacturer), True)
+    if budget <= 0:
+        pass  # normalize_name reads a budget <= 0 as "unbounded"
+    elif cpu_name is not None and not cpu_name.startswith("@"):
+        ident = normalize_name(cpu_name, manufacturer, budget, True)
     elif family and model_id:
-        ident = f"{family}-{model_id}"
+        ident = normalize_name(f"{family}-{model_id}", "", budget, False)
     return f"{manufacturer}-{ident}" if ident else manufacturer
 
 

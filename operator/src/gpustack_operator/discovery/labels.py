@@ -82,6 +82,11 @@ def acceleratable_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
     (``<manufacturer>-<group id>``), ``=true``, ``.product``, ``.memory`` (BinarySI), ``.cores``
     (always, 0 by default), ``.count``, and ``.family`` / ``.comcap`` when known. Every value goes
     through the label-value sanitizer.
+
+    A group with an empty id (a product name that normalizes to nothing, such as the bare
+    ``NVIDIA``, or no name at all) has no aKey: ``<manufacturer>-`` is not a label name, and one
+    invalid key would get the whole NodeFeature refused. It still counts for ``acceleratable`` and
+    its manufacturer's labels.
     """
     labels: dict[str, str] = {}
     for group in groups:
@@ -94,6 +99,8 @@ def acceleratable_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
             labels[manu_key + ".driver-version"] = group.driver_version
         if group.runtime_version:
             labels[manu_key + ".runtime-version"] = group.runtime_version
+        if not group.id:
+            continue
         key = f"{manu_key}-{group.id}"
         labels[key] = "true"
         labels[key + ".product"] = group.name

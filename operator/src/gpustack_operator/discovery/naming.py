@@ -111,12 +111,22 @@ def format_memory_suffix(mib: int) -> str:
     return formatted.removesuffix("i")
 
 
+# The longest suffix a node label key puts after an aKey (``<manufacturer>-<id>.product``).
+AKEY_SUFFIX_MAX = len(".product")
+
+
 def group_id(manufacturer: str, name: str, memory_mib: int, with_memory: bool) -> str:
-    """The Devices group id (``ConstructGroupID``): ``NVIDIA H100 80GB HBM3`` → ``h100-80gb-hbm3``."""
-    budget = LABEL_NAME_MAX - len(manufacturer) - 1
+    """The Devices group id (``ConstructGroupID``): ``NVIDIA H100 80GB HBM3`` → ``h100-80gb-hbm3``.
+
+    The name is cut so that every label key built on the id fits in 63 characters, the longest
+    being ``<manufacturer>-<id>.product`` (the reference's budget left that one 8 characters over,
+    an invalid key, for a long product name); the memory suffix keeps its 7 characters (more only for
+    a memory no card has).
+    """
+    budget = LABEL_NAME_MAX - len(manufacturer) - 1 - AKEY_SUFFIX_MAX
     if with_memory:
-        budget -= 7
-    slug = normalize_name(name, manufacturer, budget, strip_cruft=False)
+        budget -= max(7, len(format_memory_suffix(memory_mib)) + 1)
+    slug = normalize_name(name, manufacturer, budget, strip_cruft=False) if budget > 0 else ""
     if not with_memory:
         return slug
     return f"{slug}-{format_memory_suffix(memory_mib)}"

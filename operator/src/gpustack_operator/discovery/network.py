@@ -150,7 +150,7 @@ InterfaceInventory = InventoryOk | InventoryFailed
 
 # -- parsers of sysfs values ---------------------------------------------------------------------
 
-_PORT_ENUM = re.compile(r"^([0-9]+): ?(\S(?:[^\n]*\S)?)$")
+_PORT_ENUM = re.compile(r"^([0-9]{1,10}): ?(\S(?:[^\n]*\S)?)$")  # the ordinal is the kernel's "%d"
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def parse_port_enum(text: str) -> PortEnum | None:
 def parse_mtu(text: str) -> int:
     """``mtu``: a decimal number; anything else (or a value no int32 holds) is ``0``, "not read"."""
     value = text.strip()
-    if not value.isascii() or not value.isdecimal():
+    if not value.isascii() or not value.isdecimal() or len(value) > 10:  # int() refuses 4300+ digits
         return 0
     mtu = int(value)
     return mtu if mtu <= 0x7FFFFFFF else 0
@@ -207,7 +207,7 @@ def parse_numa_affinity(text: str | None) -> str:
 
 
 def _port_key(name: str) -> tuple[int, int | str]:
-    return (0, int(name)) if name.isdecimal() else (1, name)
+    return (0, int(name)) if name.isascii() and name.isdecimal() and len(name) <= 18 else (1, name)
 
 
 def _quote(value: str) -> str:

@@ -25,6 +25,7 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 
 BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HEX_ID = re.compile(r"^(0x)?([0-9a-fA-F]{1,8})$")
+_NUMA_NODE = re.compile(r"-?[0-9]{1,10}")  # the kernel's "%d"; int() would also take "+1", "1_0", "٣"
 
 
 class PciDevice(BaseModel):
@@ -134,22 +135,23 @@ def manufacturer_claims() -> tuple[PciClaim, ...]:
 
 
 def parse_hex_id(text: str, what: str, width: int) -> str:
-    """``"0x10de\\n"`` → ``"10de"``; anything that is not a hex id raises ``ValueError``."""
+    """``"0x10de\\n"`` → ``"10de"``, always ``width`` digits; anything that is not a hex id, or one
+    too wide for the field (a vendor id is 16 bits), raises ``ValueError``."""
     match = _HEX_ID.match(text.strip())
-    if not match:
+    if not match or int(match.group(2), 16) >= 16**width:
         raise ValueError(f"{what} holds {text.strip()[:40]!r}, not a hex PCI id")
-    return match.group(2).lower().zfill(width)
+    return f"{int(match.group(2), 16):0{width}x}"
 
 
 def parse_numa_node(text: str | None) -> int | None:
-    """``numa_node``: a node number, or ``-1`` (no affinity) → ``None``."""
+    """``numa_node``: a node number, or ``-1`` (no affinity) → ``None``; anything that is not a
+    decimal the kernel could have written (at most 10 digits) raises ``ValueError``."""
     if text is None:
         return None
     value = text.strip()
-    try:
-        node = int(value)
-    except ValueError:
-        raise ValueError(f"numa_node holds {value[:40]!r}, not a number") from None
+    if not _NUMA_NODE.fullmatch(value):
+        raise ValueError(f"numa_node holds {value[:40]!r}, not a number")
+    node = int(value)
     return node if node >= 0 else None
 
 

@@ -60,8 +60,9 @@ class HostRoot:
         path = Path(root)
         try:
             st = path.stat()
-        except OSError as exc:
-            raise HostRootError(f"host root {str(root)!r} cannot be used: {exc.strerror}; " + REMEDY) from exc
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte or an unencodable name
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise HostRootError(f"host root {str(root)!r} cannot be used: {why}; " + REMEDY) from exc
         if not stat.S_ISDIR(st.st_mode):
             raise HostRootError(f"host root {str(root)!r} is not a directory; " + REMEDY)
         self.root = path.resolve()
@@ -83,11 +84,20 @@ class HostRoot:
         """The host path with every symlink resolved, e.g. ``/sys/devices/pci0000:00/0000:00:01.0``.
 
         Components that do not exist are kept as given, so the result can be used to report what was
-        looked for. Raises :class:`HostPathError` (``ELOOP``) on a symlink loop.
+        looked for. Raises :class:`HostPathError` (``ELOOP``) on a symlink loop, and (``EINVAL``) on a
+        path no filesystem can hold: a NUL byte, or a name the filesystem encoding cannot spell.
         """
+        if "\x00" in host_path:
+            raise HostPathError(host_path, errno.EINVAL, "the path holds a NUL byte")
+        try:
+            os.fsencode(host_path)
+        except UnicodeEncodeError:  # a lone surrogate that is no escaped byte ("\ud800")
+            raise HostPathError(host_path, errno.EINVAL, "the path is not encodable as a file name") from None
         parts: list[str] = []
         pending: deque[str] = deque(_split(host_path))
         links = 0
+        absent_at = 0  # len(parts) when parts[-1] was found absent; nothing below it can exist
+        absent: set[str] = set()  # this walk's absent paths ("a/../a/../..." looks each up once)
         while pending:
             comp = pending.popleft()
             if comp in ("", "."):
@@ -95,11 +105,20 @@ class HostRoot:
             if comp == "..":
                 if parts:
                     parts.pop()
+                if len(parts) < absent_at:
+                    absent_at = 0
                 continue
             parts.append(comp)
+            if absent_at:
+                continue  # no lstat per component of a long absent path (quadratic in its length)
+            disk = self._root_str + "/" + "/".join(parts)
             try:
-                target = self._link_target(self._root_str + "/" + "/".join(parts))
+                if disk in absent:
+                    raise FileNotFoundError(errno.ENOENT, disk)
+                target = self._link_target(disk)
             except FileNotFoundError:
+                absent.add(disk)
+                absent_at = len(parts)
                 continue
             except NotADirectoryError:
                 raise HostPathError(host_path, errno.ENOTDIR) from None
@@ -184,7 +203,7 @@ class HostRoot:
         disk = self._disk(parent or "/") + "/" + name
         try:
             return os.readlink(disk)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL byte in the name
             return None
 
 

@@ -51,7 +51,7 @@ def read_pod_records(host: HostRoot) -> list[PodRecord]:
         try:
             raw = host.read_text(path)
             alloc = _Allocation.model_validate(json.loads(raw))
-        except (HostPathError, ValueError, ValidationError) as exc:
+        except (HostPathError, ValueError, ValidationError, RecursionError) as exc:  # Recursion: [[[[...
             problem = "no allocation record" if isinstance(exc, HostPathError) else f"unreadable record: {exc}"
             records.append(PodRecord(uid=uid, problem=problem.splitlines()[0]))
             continue

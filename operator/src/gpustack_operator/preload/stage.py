@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import lzma
 import os
 import posixpath
 import secrets
@@ -33,11 +34,12 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -46,6 +48,18 @@ PODS_DIR = PurePosixPath("var/lib/gpustack/operator/pods")
 
 _SUBTREE_PART = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
 _CHUNK = 1024 * 1024
+# How deep a preload tree may nest (a real one is a handful of levels: amd/lib/rocm/...). Deeper is
+# refused: the walks below recurse once per level, and so does the extraction's os.makedirs.
+MAX_DEPTH = 64
+# What a damaged compressed archive raises besides tarfile.TarError: a truncated gzip or xz stream
+# (EOFError), a corrupt deflate or xz block.
+_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError)
+# A pax extended header longer than this is refused: Python's tarfile before 3.12.6 searches each one
+# with a regular expression quadratic in a run of digits (CVE-2024-6232; 4,000 digits take 25 ms, 20,000
+# a second, per header). A preload tree's headers carry a short path and link target (lib/libx.so.1).
+PAX_HEADER_MAX = 1024
+_PAX_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+_PAX_REFUSED = f"a pax header longer than {PAX_HEADER_MAX} bytes"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -86,7 +100,8 @@ def validate_subtree(subtree: str) -> tuple[str, ...]:
 def validate_member_name(name: str) -> str:
     """A tar member's name, normalised (``./amd/x`` → ``amd/x``, ``amd/`` → ``amd``; the archive
     root ``.`` → ``""``). Raises :class:`StageError` for an absolute name, a ``..`` component or a
-    NUL byte, which would place the member outside the extraction directory."""
+    NUL byte, which would place the member outside the extraction directory, and for a name more
+    than :data:`MAX_DEPTH` components deep."""
     if "\x00" in name:
         raise StageError(repr(name), "tar member name carries a NUL byte", "rebuild the archive")
     if name.startswith("/"):
@@ -94,6 +109,8 @@ def validate_member_name(name: str) -> str:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise StageError(name, "tar member name climbs out with '..'", "rebuild the archive without '..' in names")
+    if len(parts) > MAX_DEPTH:
+        raise StageError(name[:200], f"tar member is nested more than {MAX_DEPTH} levels deep", "rebuild the archive")
     return "/".join(parts)
 
 
@@ -170,6 +187,13 @@ def staged_mode(mode: int) -> int:
     return stat.S_IMODE(mode) & STAGED_MODE_MASK
 
 
+def _refuse_depth(directory: str, prefix: str) -> None:
+    if prefix.count("/") >= MAX_DEPTH:
+        raise StageError(
+            directory, f"is nested more than {MAX_DEPTH} levels deep", "a preload tree is a few levels deep"
+        )
+
+
 def _scan_source(top: str, source_root: str) -> dict[str, Entry]:
     """Every entry under the source subtree ``top``. Relative symlinks that stay inside the subtree
     are kept as symlinks; one that leaves it is copied as the regular file it resolves to, provided
@@ -177,6 +201,7 @@ def _scan_source(top: str, source_root: str) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
 
     def walk(directory: str, prefix: str) -> None:
+        _refuse_depth(directory, prefix)
         try:
             names = sorted(os.listdir(directory))
         except OSError as exc:
@@ -217,6 +242,7 @@ def _scan_dest(top: str) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
 
     def walk(directory: str, prefix: str) -> None:
+        _refuse_depth(directory, prefix)
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
             rel = prefix + name
@@ -380,6 +406,31 @@ class StagePlan:
         self.close()
 
 
+class _TarInfo(tarfile.TarInfo):
+    """A member header as tarfile reads it, refusing a pax header over :data:`PAX_HEADER_MAX`."""
+
+    @classmethod
+    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
+        info = super().frombuf(buf, encoding, errors)
+        if info.type in _PAX_TYPES and info.size > PAX_HEADER_MAX:
+            # ReadError, not a HeaderError: tarfile ends the member list quietly on some of those
+            raise tarfile.ReadError(f"{_PAX_REFUSED} ({info.size})")
+        return info
+
+
+def _is_tarfile(path: Path) -> bool:
+    """``tarfile.is_tarfile``, reading the first header the way :func:`_extract` reads them all."""
+    try:
+        with tarfile.open(path, "r:*", tarinfo=_TarInfo):
+            return True
+    except tarfile.TarError as exc:
+        if _PAX_REFUSED in str(exc):
+            raise StageError(
+                path, f"cannot be read as an archive: it holds {_PAX_REFUSED}", "rebuild the archive"
+            ) from None
+        return False
+
+
 def _extract(tarball: Path, into: Path) -> None:
     """Extract ``tarball`` into ``into`` after checking every member: names relative without
     ``..``, symlinks relative and inside the archive, hard links to other members, no devices,
@@ -390,8 +441,9 @@ def _extract(tarball: Path, into: Path) -> None:
         return checked.replace(uid=None, gid=None, uname=None, gname=None, deep=False)  # type: ignore[arg-type]
 
     try:
-        with tarfile.open(tarball, "r:*") as tar:
+        with tarfile.open(tarball, "r:*", tarinfo=_TarInfo) as tar:
             members = []
+            seen: set[str] = set()
             for member in tar:
                 name = validate_member_name(member.name)
                 if member.issym():
@@ -405,6 +457,12 @@ def _extract(tarball: Path, into: Path) -> None:
                     if not validate_member_name(member.linkname):
                         raise StageError(member.name, "tar member hard-links the archive root", "rebuild the archive")
                     member.linkname = validate_member_name(member.linkname)
+                    if member.linkname not in seen:  # tarfile would raise KeyError on extraction
+                        raise StageError(
+                            member.name,
+                            f"tar member hard-links {member.linkname}, which no earlier member of the archive is",
+                            "rebuild the archive",
+                        )
                 elif not (member.isfile() or member.isdir()):
                     kind = {
                         tarfile.CHRTYPE: "character device",
@@ -416,10 +474,11 @@ def _extract(tarball: Path, into: Path) -> None:
                     continue
                 member.name = name
                 members.append(member)
+                seen.add(name)
             tar.extractall(into, members=members, filter=owner_free)
     except StageError as exc:
         raise StageError(f"{tarball}: {exc.path}", exc.problem, exc.remedy) from None
-    except tarfile.TarError as exc:
+    except _ARCHIVE_ERRORS as exc:
         raise StageError(
             tarball, f"cannot be extracted: {exc}", "provide a readable .tar / .tar.gz of the lib tree"
         ) from None
@@ -438,9 +497,13 @@ def _open_source(source: Path) -> tuple[str, tempfile.TemporaryDirectory[str] | 
     if not source.is_file():
         raise StageError(source, "is neither a directory nor a file", "point src at the tree or a tarball of it")
     try:
-        is_tar = tarfile.is_tarfile(source)
+        is_tar = _is_tarfile(source)
     except OSError as exc:
         raise StageError(source, f"cannot be read: {exc.strerror}", "make it readable") from None
+    except _ARCHIVE_ERRORS as exc:  # a compressed archive cut short or corrupt
+        raise StageError(
+            source, f"cannot be read as an archive: {exc}", "provide a readable .tar / .tar.gz of the lib tree"
+        ) from None
     if not is_tar:
         raise StageError(source, "is a file but not a tar archive", "give a directory, a .tar or a .tar.gz")
     workdir = tempfile.TemporaryDirectory(prefix="gpustack-preload-")

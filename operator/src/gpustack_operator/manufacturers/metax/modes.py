@@ -28,12 +28,12 @@ from gpustack_operator.manufacturers.base import DetectContext, ModeChange, Mode
 MODE = "sgpu"
 SCHED_CLASSES = {0: "best-effort", 1: "fixed-share", 2: "burst-share"}
 
-_SUBDEVICE = re.compile(r"^sgpu(\d+)$")
+_SUBDEVICE = re.compile(r"sgpu([0-9]{1,9})")  # fullmatch: \d takes "٣", $ a trailing newline
 
 
 def parse_subdevices(entries: list[str]) -> list[int]:
     """Subdevice indexes among the entries of ``<BDF>/sgpu`` (``sgpu0``, ``sgpu12``), sorted."""
-    return sorted(int(m.group(1)) for e in entries if (m := _SUBDEVICE.match(e)))
+    return sorted(int(m.group(1)) for e in entries if (m := _SUBDEVICE.fullmatch(e)))
 
 
 def parse_sched_class(text: str | None) -> str | None:
@@ -42,6 +42,8 @@ def parse_sched_class(text: str | None) -> str | None:
         return None
     value = text.strip()
     if not (value.isascii() and value.isdigit()):  # str.isdigit() also takes "²", which int() refuses
+        return None
+    if len(value) > 9:  # nor does it take 4300+ digits; no class has a number this long
         return None
     return SCHED_CLASSES.get(int(value))
 

@@ -32,7 +32,7 @@ _ARCHITECTURES = {
     10: "Blackwell",
 }
 
-_MAJOR = re.compile(r"([0-9]+)(?:\.|\Z)")
+_MAJOR = re.compile(r"([0-9]{1,9})(?:\.|\Z)")  # no CUDA major is 10 digits; int() refuses 4300+
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 
 # NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: the media-engine ("+me") variant of the 1-slice profile.
