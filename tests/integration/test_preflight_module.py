@@ -171,5 +171,5 @@ def test_detect_root_pairs_a_container_view_with_its_host(
     det = nvidia["detection"]
     assert det["state"] == "unavailable" and det["accelerators"] == 0 and det["host"]["accelerators"] == 8
     assert any("--runtime nvidia" in m for m in det["host"]["missingMounts"])
-    empty_rc, empty, empty_out = adhoc(ansible_env, inventory, "host_root=' '")
+    empty_rc, _, empty_out = adhoc(ansible_env, inventory, "host_root=' '")
     assert empty_rc != 0 and "host_root is empty" in empty_out, empty_out

@@ -165,3 +165,18 @@ def test_topology_section(policy: Answer, timestamp: str) -> None:
     section = topology_section(reading, timestamp)
     assert isinstance(section, Topology)
     assert (section.policy is TopologyPolicy.UNKNOWN) == (section.note is not None)
+
+
+@pytest.mark.hostile
+@given(st.text(max_size=6000) | st.builds(lambda n: "9" * n + ".1.2", st.integers(4000, 6000)))
+def test_version_majors_never_raise(text: str) -> None:
+    """The runtime-major readers (preload layout, Ascend CANN, Cambricon Neuware) answer a number or
+    None for any text -- a 4300-digit run would make int() raise."""
+    from gpustack_operator.manufacturers.ascend.soc import cann_major
+    from gpustack_operator.manufacturers.cambricon.detect import parse_neuware_version
+    from gpustack_operator.preload.layout import runtime_major
+
+    for value in (runtime_major(text), cann_major(text)):
+        assert value is None or (isinstance(value, int) and 0 <= value < 10**9)
+    version = parse_neuware_version(text)
+    assert version is None or all(part.isdigit() for part in version.split("."))

@@ -59,7 +59,7 @@ class Layout(BaseModel):
     assumptions: list[str] = Field(default_factory=list)
 
 
-_MAJOR = re.compile(r"(\d+)")
+_MAJOR = re.compile(r"([0-9]+)", re.ASCII)
 
 
 def runtime_major(version: str | None) -> int | None:
@@ -71,6 +71,8 @@ def runtime_major(version: str | None) -> int | None:
         return None
     match = _MAJOR.search(version)
     if match is None:
+        return None
+    if len(match.group(1)) > 9:  # no runtime major has ten digits; int() of 4300+ would raise
         return None
     number = int(match.group(1))
     if version.strip().isdigit() and number >= 1000:

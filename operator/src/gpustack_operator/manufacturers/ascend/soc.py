@@ -153,7 +153,7 @@ def cann_major(runtime_version: str | None) -> int | None:
     if not runtime_version:
         return DEFAULT_RUNTIME_MAJOR
     head = runtime_version.split(".", 1)[0].strip()
-    if not head.isascii() or not head.isdigit():
+    if not head.isascii() or not head.isdigit() or len(head) > 9:  # no CANN major has ten digits
         return None
     return int(head)
 

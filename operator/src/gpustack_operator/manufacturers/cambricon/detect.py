@@ -40,7 +40,7 @@ LIBRARY = LibrarySpec(
 )
 SMLU_SLICES = 16
 
-_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+_VERSION = re.compile(r"(?<![0-9])([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})(?![0-9])", re.ASCII)
 
 
 def parse_neuware_version(text: str) -> str | None:
