@@ -26,6 +26,9 @@ from ansible_collections.gpustack.accelerators.plugins.plugin_utils.inventory_de
     InventoryDefaultsAction,
 )
 
+# the module's own words for an empty src (plugins/modules/preload_libraries.py)
+SRC_REMEDY = "name the preload-library tree, a directory or a .tar / .tar.gz / .tar.xz archive of one"
+
 
 class ActionModule(InventoryDefaultsAction):
     TRANSFERS_FILES = True
@@ -41,6 +44,10 @@ class ActionModule(InventoryDefaultsAction):
             return result
         if remote_src or args.get("src") is None:
             result.update(self._execute_module(module_args=args, task_vars=task_vars))
+            return result
+        # never looked up as a needle: an empty name would find the files/ directory itself
+        if not to_text(args["src"]).strip():
+            result.update(failed=True, msg="src is empty: %s" % SRC_REMEDY)
             return result
 
         local_dir = tempfile.mkdtemp(prefix="gpustack-preload-")

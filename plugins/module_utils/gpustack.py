@@ -29,9 +29,11 @@ INSTALL_HINT = (
 
 MANUFACTURERS = ["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead"]
 
+# No choices for manufacturers: they cannot say "!thead" or "all". The one rule is the package's
+# select_subset (gather_subset-style), applied by selected_manufacturers().
 COMMON_ARGS = dict(
     host_root=dict(type="path"),
-    manufacturers=dict(type="list", elements="str", choices=MANUFACTURERS),
+    manufacturers=dict(type="list", elements="str"),
 )
 
 
@@ -44,21 +46,54 @@ def require_gpustack(module):
         )
 
 
+def selected_manufacturers(module, option="manufacturers"):
+    """The option's manufacturers, ``gather_subset``-style (names, ``!name`` to exclude, ``all``;
+    unset or empty is all nine), by the package's own rule (``select_subset``); a name it does not
+    know, or a selection that leaves none, fails the task naming the option and the choices."""
+    from gpustack_operator.manufacturers import UnknownManufacturerError, select_subset
+
+    try:
+        return select_subset(module.params.get(option))
+    except UnknownManufacturerError as exc:
+        module.fail_json(msg="%s: %s" % (option, exc))
+
+
+ROOT_REMEDY = "name the directory the node's root is mounted at (e.g. / or /host)"
+
+
+def require_path(module, option, remedy=ROOT_REMEDY):
+    """Refuse an empty or blank value of a path option that is set (``None`` stays unset), or one
+    holding a NUL byte, naming the option and ``remedy``: a blank path is never read as ``/`` or as
+    the current directory."""
+    value = module.params.get(option)
+    if value is None:
+        return
+    if not value.strip():
+        module.fail_json(msg="%s is empty: %s" % (option, remedy))
+    if "\0" in value:
+        module.fail_json(msg="%s %r holds a NUL byte, so it names no path" % (option, value))
+
+
 def make_request(module, manufacturers=None, root_option="host_root"):
     """Validate host_root/manufacturers the way the CLI does; fail the task on a bad value.
 
     A module runs on the node itself, so the node view its detect pass reads and the node's root are
     one directory: ``host_root`` (``root_option`` names another option that may relocate the view).
-    An empty or blank path is refused, never read as ``/``."""
+    An empty or blank path is refused, never read as ``/``. ``manufacturers`` (already selected)
+    defaults to the module's own option, through :func:`selected_manufacturers`."""
     from gpustack_operator.manufacturers import UnknownManufacturerError
     from gpustack_operator.settings import SettingsError
 
+    require_path(module, "host_root")
+    if root_option != "host_root":
+        require_path(
+            module, root_option, "name the node view the detect pass reads, or leave it unset to read host_root"
+        )
+    wanted = manufacturers if manufacturers is not None else selected_manufacturers(module)
     try:
-        wanted = manufacturers if manufacturers is not None else module.params.get("manufacturers")
         root = module.params.get(root_option)
         if root is None and root_option != "host_root":
             root = module.params.get("host_root")
-        gpustack_api.check_root(module.params.get("host_root"), "host_root")
         if root is None:
             root = gpustack_api.default_host_root()
         return gpustack_api.make_request(root, wanted)

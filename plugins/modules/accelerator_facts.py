@@ -20,19 +20,9 @@ description:
   - A manufacturer whose detection could not measure is named in
     C(gpustack_accelerators.node.unmeasured) and is C(unmeasured) in C(manufacturers); it is never
     reported as having no accelerators.
-options:
-  manufacturers:
-    description:
-      - Which manufacturers to detect, C(gather_subset)-style - a name adds it, C(!name) removes it,
-        C(all) adds all nine. Only exclusions (V(['!thead'])) start from all nine; any addition
-        starts from none. A selection that leaves nothing is refused.
-      - Defaults to the host's C(gpustack_manufacturers) inventory variable when set, else all nine.
-      - Names - C(amd), C(ascend), C(cambricon), C(hygon), C(iluvatar), C(metax), C(mthreads),
-        C(nvidia), C(thead).
-    type: list
-    elements: str
 extends_documentation_fragment:
   - gpustack.accelerators.node
+  - gpustack.accelerators.node.manufacturers
 attributes:
   check_mode:
     support: full
@@ -136,6 +126,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack import (
+    COMMON_ARGS,
     gpustack_api,
     make_request,
     require_gpustack,
@@ -143,22 +134,11 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack imp
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            host_root=dict(type="path"),
-            manufacturers=dict(type="list", elements="str"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=dict(COMMON_ARGS), supports_check_mode=True)
     require_gpustack(module)
     from gpustack_operator.host import HostRootError
-    from gpustack_operator.manufacturers import UnknownManufacturerError, select_subset
 
-    try:
-        names = select_subset(module.params["manufacturers"])
-    except UnknownManufacturerError as exc:
-        module.fail_json(msg=str(exc))
-    req = make_request(module, names)
+    req = make_request(module)
     try:
         doc = gpustack_api.facts(req)
     except HostRootError as exc:

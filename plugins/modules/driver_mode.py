@@ -23,6 +23,9 @@ description:
     O(force=true); a record that cannot be read counts as held. The rule is the package's own, so
     C(gpustack-operator dm mode --disable) enforces it too (C(--force)).
   - A failed write reports the vendor's words and the command a person would run.
+  - A node with no accelerator of O(manufacturer) is never a silent C(changed=false) - the task warns
+    (or fails, O(absent=fail)) naming the manufacturer; a manufacturer whose detection could not be
+    measured always fails the task, with the reason.
 options:
   manufacturer:
     description: The manufacturer whose mode this is.
@@ -48,6 +51,16 @@ options:
     description: Disable even while pods hold slices (they will be stranded).
     type: bool
     default: false
+  absent:
+    description:
+      - What a node with no accelerator of O(manufacturer) does - V(warn) succeeds with a warning naming
+        the manufacturer and saying that no accelerator of it was detected (with what the PCI bus shows
+        when it shows some the driver did not name), V(fail) fails the task with that message.
+      - Either way nothing is read or written, and RV(modes) is empty. A manufacturer that could not be
+        measured fails the task whatever this says.
+    type: str
+    choices: [warn, fail]
+    default: warn
 extends_documentation_fragment:
   - gpustack.accelerators.node
 attributes:
@@ -79,6 +92,13 @@ EXAMPLES = r"""
     accelerators: ["0", "1"]
     state: enabled
 
+- name: MIG on every GPU of the A100 group; a node of that group without NVIDIA GPUs fails the task
+  gpustack.accelerators.driver_mode:
+    manufacturer: nvidia
+    mode: mig
+    state: enabled
+    absent: fail
+
 - name: Turn MIG off on one GPU even though pods hold partitions
   gpustack.accelerators.driver_mode:
     manufacturer: nvidia
@@ -90,7 +110,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 modes:
-  description: The mode as read on each selected accelerator (before any change).
+  description: The mode as read on each accelerator of O(manufacturer) (before any change); empty on a node
+    without one (the task then warns or fails, see O(absent)).
   returned: always
   type: list
   elements: dict
@@ -99,7 +120,7 @@ modes:
 changes:
   description: One entry per selected accelerator with before, after, changed, and the vendor
     command that was run (command) and that undoes it (undo_command).
-  returned: when state is enabled or disabled
+  returned: when state is enabled or disabled and the node has an accelerator of O(manufacturer)
   type: list
   elements: dict
 holders:
@@ -122,6 +143,23 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack imp
 )
 
 
+def absent_message(req, manufacturer, mode, state):
+    """Why nothing was read or set: no accelerator of ``manufacturer`` was detected under the host root,
+    with what the PCI bus shows when it shows some of its accelerators the driver did not name."""
+    from gpustack_operator.discovery.detect import incomplete_reason
+
+    msg = "driver_mode: no %s accelerator was detected on this node (host root %s), so %s was not %s" % (
+        manufacturer,
+        req.host_root,
+        mode,
+        state,  # read, enabled or disabled
+    )
+    cover = gpustack_api.run_detect(req, interfaces=False).coverage.get(manufacturer)
+    if cover is not None and (cover.short or cover.dropped):
+        msg += "; " + incomplete_reason(cover)
+    return msg
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -130,6 +168,7 @@ def main():
             accelerators=dict(type="list", elements="str", default=["all"]),
             state=dict(type="str", choices=["enabled", "disabled", "read"], default="read"),
             force=dict(type="bool", default=False),
+            absent=dict(type="str", choices=["warn", "fail"], default="warn"),
             host_root=dict(type="path"),
         ),
         supports_check_mode=True,
@@ -145,6 +184,12 @@ def main():
     try:
         states = gpustack_api.read_modes(req, manufacturer, mode)
         modes = [s.model_dump(exclude_none=True) for s in states]
+        if not states:
+            msg = absent_message(req, manufacturer, mode, state)
+            if p["absent"] == "fail":
+                module.fail_json(msg=msg, modes=[])
+            module.warn(msg)
+            module.exit_json(changed=False, modes=[])
         if state == "read":
             module.exit_json(changed=False, modes=modes)
         wanted = state == "enabled"

@@ -22,13 +22,6 @@ description:
   - The task fails only when an answer is C(unavailable) (the exit-code rule of the preflight);
     C(msg) then names every unavailable answer and its reason. The report is returned either way.
 options:
-  manufacturers:
-    description:
-      - Manufacturers to preflight; defaults to the host's C(gpustack_manufacturers) inventory
-        variable when set, else all nine. Each one asked is reported.
-    type: list
-    elements: str
-    choices: [amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead]
   runtime:
     description:
       - The container CLI preflight's container steps drive, instead of the one resolved from the kubelet.
@@ -49,6 +42,8 @@ options:
         it is not O(host_root) -- e.g. a captured container view replayed against its host.
       - Defaults to O(host_root), since on the node itself the two contexts are one root. When set,
         O(host_root) is only entered for the host's own vendor CLI and read for the kubelet's configuration.
+      - Defaults to the host's C(gpustack_detect_root) inventory variable when set. An empty or blank value
+        is refused.
     type: path
   dry_run:
     description:
@@ -65,6 +60,7 @@ options:
     default: unavailable
 extends_documentation_fragment:
   - gpustack.accelerators.node
+  - gpustack.accelerators.node.manufacturers
 attributes:
   check_mode:
     support: full
@@ -89,6 +85,10 @@ EXAMPLES = r"""
   gpustack.accelerators.preflight:
     manufacturers: [nvidia]
     dry_run: true
+
+- name: Preflight every manufacturer but T-Head
+  gpustack.accelerators.preflight:
+    manufacturers: ["!thead"]
 
 - name: Drive nerdctl and a mirrored probe image whatever the kubelet says
   gpustack.accelerators.preflight:

@@ -34,6 +34,7 @@ description:
     C(/var/lib/gpustack/operator/pods), and refuses - naming the path - a symlink anywhere on the
     destination path (C(var), C(lib), C(gpustack), C(operator), C(lib), the subtree) or one inside
     the subtree pointing out of it.
+  - O(manufacturers) restricts staging to those manufacturers (detection asks only about them).
 options:
   src:
     description:
@@ -42,7 +43,8 @@ options:
         archive of one whose members are relative to that root.
       - Archive members are checked before anything is extracted - an absolute name, a C(..)
         component, a link leaving the archive, a device, pipe or socket fails the task.
-      - A subtree the node needs that the source does not carry fails the task, naming it.
+      - A subtree the node needs that the source does not carry fails the task, naming it. An empty or
+        blank value is refused.
     type: path
     required: true
   remote_src:
@@ -55,13 +57,6 @@ options:
         usually comes from the operator image unpacked there.
     type: bool
     default: true
-  manufacturers:
-    description:
-      - Only stage for these manufacturers (detection asks only about them); defaults to the host's
-        C(gpustack_manufacturers) inventory variable when set, else all nine.
-    type: list
-    elements: str
-    choices: [amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead]
   state:
     description:
       - V(present) - the subtrees the node needs match the source. (Staged libraries are never
@@ -71,6 +66,7 @@ options:
     default: present
 extends_documentation_fragment:
   - gpustack.accelerators.node
+  - gpustack.accelerators.node.manufacturers
 attributes:
   check_mode:
     support: full
@@ -114,6 +110,11 @@ EXAMPLES = r"""
     src: /opt/gpustack/lib
     host_root: /host
     manufacturers: [nvidia]
+
+- name: Everything detected but T-Head
+  gpustack.accelerators.preload_libraries:
+    src: /opt/gpustack/lib
+    manufacturers: ["!thead"]
 """
 
 RETURN = r"""
@@ -183,28 +184,27 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack import (
-    MANUFACTURERS,
+    COMMON_ARGS,
     gpustack_api,
     make_request,
     require_gpustack,
+    require_path,
 )
+
+SRC_REMEDY = "name the preload-library tree, a directory or a .tar / .tar.gz / .tar.xz archive of one"
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            src=dict(type="path", required=True),
-            remote_src=dict(type="bool", default=True),
-            host_root=dict(type="path"),
-            manufacturers=dict(type="list", elements="str", choices=MANUFACTURERS),
-            state=dict(type="str", choices=["present"], default="present"),
-        ),
-        supports_check_mode=True,
-    )
+    argument_spec = dict(COMMON_ARGS)
+    argument_spec["src"] = dict(type="path", required=True)
+    argument_spec["remote_src"] = dict(type="bool", default=True)
+    argument_spec["state"] = dict(type="str", choices=["present"], default="present")
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_gpustack(module)
     from gpustack_operator.host import HostRootError
     from gpustack_operator.preload import StageError, stage_node
 
+    require_path(module, "src", SRC_REMEDY)
     req = make_request(module)
     try:
         detection = gpustack_api.run_detect(req, interfaces=False)

@@ -73,3 +73,45 @@ def test_unknown_manufacturer_is_refused_by_name(
     outcome, result = facts(ansible_env, tmp_path, monkeypatch, "cpu-only-vm", ["!intel"])
     assert outcome == "runner_on_failed"
     assert "unknown manufacturer '!intel'" in result["msg"]
+
+
+def test_the_inventory_variable_takes_the_same_syntax_and_a_blank_root_is_refused(
+    ansible_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``gpustack_manufacturers: [all, "!thead"]`` from inventory (the modules' one syntax, not
+    Ansible choices), and a host whose ``gpustack_host_root`` is blank fails instead of reading ``/``."""
+    import subprocess
+
+    common = {"ansible_connection": "local", "ansible_python_interpreter": str(BIN / "python")}
+    hosts = {
+        "eight": {
+            **common,
+            "gpustack_host_root": str(host("h100-sxm-8x")),
+            "gpustack_manufacturers": ["all", "!thead"],
+        },
+        "blank": {**common, "gpustack_host_root": "  "},
+    }
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    proc = subprocess.run(
+        [str(BIN / "ansible"), "all", "-i", str(inv), "-m", "gpustack.accelerators.accelerator_facts", "-o"],
+        cwd=REPO,
+        env=ansible_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    lines = {line.split(" | ", 1)[0]: line for line in proc.stdout.splitlines() if " | " in line}
+    eight = json.loads(lines["eight"].split(" => ", 1)[1])
+    assert sorted(eight["ansible_facts"]["gpustack_accelerators"]["manufacturers"]) == [
+        "amd",
+        "ascend",
+        "cambricon",
+        "hygon",
+        "iluvatar",
+        "metax",
+        "mthreads",
+        "nvidia",
+    ]
+    assert "blank | FAILED! => " in lines["blank"] and "host_root is empty: " in lines["blank"]

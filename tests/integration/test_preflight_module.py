@@ -173,3 +173,23 @@ def test_detect_root_pairs_a_container_view_with_its_host(
     assert any("--runtime nvidia" in m for m in det["host"]["missingMounts"])
     empty_rc, _, empty_out = adhoc(ansible_env, inventory, "host_root=' '")
     assert empty_rc != 0 and "host_root is empty" in empty_out, empty_out
+    blank_rc, _, blank_out = adhoc(ansible_env, inventory, "detect_root=''")
+    assert blank_rc != 0 and "detect_root is empty: " in blank_out, blank_out
+
+
+def test_manufacturers_take_the_gather_subset_syntax(ansible_env: dict[str, str], inventory: Path) -> None:
+    """The option overrides the inventory's ``[nvidia, amd]`` with exclusions; an unknown name names the choices."""
+    rc, body, out = adhoc(ansible_env, inventory, "manufacturers='!thead,!cambricon' fail_on=never")
+    assert rc == 0, out
+    assert sorted(body["summary"]["manufacturers"]) == [  # type: ignore[index]
+        "amd",
+        "ascend",
+        "hygon",
+        "iluvatar",
+        "metax",
+        "mthreads",
+        "nvidia",
+    ]
+    bad_rc, _, bad_out = adhoc(ansible_env, inventory, "manufacturers='all,!intel'")
+    assert bad_rc != 0
+    assert "manufacturers: unknown manufacturer '!intel'; choose from all, amd, ascend" in bad_out, bad_out

@@ -236,3 +236,43 @@ def test_refusals_are_clear_failures(ansible_env: dict[str, str], tmp_path: Path
     assert unmeasured["changed"] is False and unmeasured["staged"] == []
     assert [s["manufacturer"] for s in unmeasured["not_staged"]] == ["amd", "nvidia"]
     assert all("could not be measured" in s["reason"] for s in unmeasured["not_staged"])
+
+
+def test_one_manufacturers_syntax_and_no_blank_paths(ansible_env: dict[str, str], tmp_path: Path) -> None:
+    """One check-mode run, six MI300X hosts: ``gpustack_manufacturers`` in the gather_subset syntax
+    (an exclusion, ``all`` less one, an unknown name), and blank ``src`` / ``host_root`` refused --
+    on the target and, for a controller-side source, before it is looked for."""
+    good = make_source(tmp_path / "good", ["amd"])
+    hosts: dict[str, dict[str, Any]] = {
+        "without-amd": {"gpustack_manufacturers": ["!amd"]},
+        "all-but-thead": {"gpustack_manufacturers": ["all", "!thead"]},
+        "unknown": {"gpustack_manufacturers": ["!intel"]},
+        "blank-src": {"preload_src": "  "},
+        "blank-controller-src": {"preload_src": " ", "preload_remote": False},
+        "blank-root": {"gpustack_host_root": " "},
+    }
+    inv = inventory(
+        tmp_path,
+        {
+            name: {
+                "gpustack_host_root": str(copy_host("mi300x-8x", tmp_path / name)),
+                "preload_src": str(good),
+                "preload_remote": True,
+                **v,
+            }
+            for name, v in hosts.items()
+        },
+    )
+    rc, outcomes = run(ansible_env, inv, "src='{{ preload_src }}' remote_src={{ preload_remote }}", "--check")
+    assert rc != 0
+    assert outcomes["without-amd"].status == "SUCCESS" and outcomes["without-amd"].result["staged"] == []
+    assert outcomes["all-but-thead"].status == "CHANGED" and outcomes["all-but-thead"].result["staged"] == ["amd"]
+    unknown = outcomes["unknown"]
+    assert unknown.status == "FAILED!"
+    assert unknown.result["msg"].startswith("manufacturers: unknown manufacturer '!intel'; choose from all, amd, ")
+    for name in ("blank-src", "blank-controller-src"):
+        assert outcomes[name].status == "FAILED!"
+        assert outcomes[name].result["msg"].startswith("src is empty: name the preload-library tree"), name
+    assert outcomes["blank-root"].status == "FAILED!"
+    assert outcomes["blank-root"].result["msg"].startswith("host_root is empty: ")
+    assert not any((tmp_path / name / "mi300x-8x" / "var/lib/gpustack").exists() for name in hosts)

@@ -104,6 +104,19 @@ def test_a_missing_controller_source_fails_naming_it(playbook_dir: Path, tmp_pat
     transfer.assert_not_called()
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_controller_source_is_refused_before_any_lookup(blank: str, playbook_dir: Path, tmp_path: Path) -> None:
+    """An empty needle would find the files/ directory itself and ship the whole of it."""
+    action, transfer = shipped_action({"src": blank, "remote_src": False}, playbook_dir, tmp_path)
+    with mock.patch.object(type(action), "_find_needle") as find:
+        result, executed = run_action(action, HOST_VARS)
+    assert result["failed"] is True
+    assert result["msg"].startswith("src is empty: name the preload-library tree")
+    find.assert_not_called()
+    assert executed == []
+    transfer.assert_not_called()
+
+
 def test_a_source_that_is_neither_file_nor_directory_fails(playbook_dir: Path, tmp_path: Path) -> None:
     fifo = playbook_dir / "files" / "pipe"
     os.mkfifo(fifo)

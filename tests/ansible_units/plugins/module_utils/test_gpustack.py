@@ -28,11 +28,88 @@ class FakeModule:
         raise TaskFailedError(msg)
 
 
-def test_the_option_spec_offers_the_nine_manufacturers() -> None:
+def test_the_option_spec_leaves_the_manufacturers_syntax_to_the_package() -> None:
+    """No choices: Ansible would refuse "!thead" and "all" before select_subset ever saw them."""
     assert sorted(gpustack.MANUFACTURERS) == gpustack.MANUFACTURERS
     assert len(set(gpustack.MANUFACTURERS)) == 9
-    assert gpustack.COMMON_ARGS["manufacturers"] == dict(type="list", elements="str", choices=gpustack.MANUFACTURERS)
+    assert gpustack.COMMON_ARGS["manufacturers"] == dict(type="list", elements="str")
     assert gpustack.COMMON_ARGS["host_root"] == dict(type="path")
+
+
+@pytest.mark.parametrize(
+    ("given", "selected"),
+    [
+        (None, gpustack.MANUFACTURERS),
+        ([], gpustack.MANUFACTURERS),
+        (["all"], gpustack.MANUFACTURERS),
+        (["!thead"], [m for m in gpustack.MANUFACTURERS if m != "thead"]),
+        (["!thead", "!cambricon"], [m for m in gpustack.MANUFACTURERS if m not in ("thead", "cambricon")]),
+        (["all", "!thead"], [m for m in gpustack.MANUFACTURERS if m != "thead"]),
+        (["NVIDIA", "amd"], ["amd", "nvidia"]),
+        (["nvidia,ascend"], ["ascend", "nvidia"]),
+        (["nvidia", "!nvidia", "amd"], ["amd"]),
+    ],
+)
+def test_selected_manufacturers_is_gather_subset_style(
+    given: list[str] | None, selected: list[str], source_repo: Path
+) -> None:
+    assert gpustack.selected_manufacturers(FakeModule(manufacturers=given)) == selected
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        (
+            ["intel"],
+            "manufacturers: unknown manufacturer 'intel'; choose from all, amd, ascend, cambricon, hygon, "
+            "iluvatar, metax, mthreads, nvidia, thead (prefix ! to exclude)",
+        ),
+        (["!intel"], "manufacturers: unknown manufacturer '!intel'; choose from all, "),
+        (["!all"], "manufacturers: !all leaves no manufacturer to detect"),
+    ],
+)
+def test_selected_manufacturers_refuses_naming_the_option_and_the_choices(
+    given: list[str], words: str, source_repo: Path
+) -> None:
+    module = FakeModule(manufacturers=given)
+    with pytest.raises(TaskFailedError):
+        gpustack.selected_manufacturers(module)
+    assert module.failure is not None
+    assert module.failure["msg"].startswith(words)
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t\n"])
+def test_require_path_refuses_a_blank_path_naming_the_option(value: str, source_repo: Path) -> None:
+    module = FakeModule(src=value)
+    with pytest.raises(TaskFailedError):
+        gpustack.require_path(module, "src", "name the tree")
+    assert module.failure == {"msg": "src is empty: name the tree"}
+
+
+def test_require_path_refuses_a_nul_byte_and_leaves_unset_alone(source_repo: Path) -> None:
+    module = FakeModule(host_root="/srv\0x")
+    with pytest.raises(TaskFailedError):
+        gpustack.require_path(module, "host_root")
+    assert module.failure is not None
+    assert module.failure["msg"] == "host_root '/srv\\x00x' holds a NUL byte, so it names no path"
+    unset = FakeModule(host_root=None)
+    gpustack.require_path(unset, "host_root")
+    assert unset.failure is None
+
+
+@pytest.mark.parametrize(("option", "value"), [("host_root", " "), ("detect_root", ""), ("detect_root", "  ")])
+def test_make_request_refuses_a_blank_root_naming_the_option(option: str, value: str, source_repo: Path) -> None:
+    module = FakeModule(**{"host_root": "/", option: value})
+    with pytest.raises(TaskFailedError):
+        gpustack.make_request(module, root_option="detect_root")
+    assert module.failure is not None
+    assert module.failure["msg"].startswith(f"{option} is empty: ")
+
+
+def test_make_request_selects_the_modules_manufacturers_option(fixture_host: Callable[[str], Path]) -> None:
+    module = FakeModule(host_root=str(fixture_host("cpu-only-vm")), manufacturers=["!thead", "!amd"])
+    req = gpustack.make_request(module)
+    assert req.manufacturers == [m for m in gpustack.MANUFACTURERS if m not in ("thead", "amd")]
 
 
 def test_the_spec_names_what_the_package_recognises(source_repo: Path) -> None:

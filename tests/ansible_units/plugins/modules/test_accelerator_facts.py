@@ -100,6 +100,28 @@ def test_an_unknown_manufacturer_is_refused_listing_the_choices(source_repo: Pat
     assert "ansible_facts" not in result
 
 
+def test_manufacturers_are_gather_subset_style(fixture_host: Callable[[str], Path]) -> None:
+    root = str(fixture_host("mi300x-8x"))
+    excluded = facts(exit_result(accelerator_facts.main, {"host_root": root, "manufacturers": ["!amd", "!thead"]}))
+    assert sorted(excluded["manufacturers"]) == [m for m in MANUFACTURERS if m not in ("amd", "thead")]
+    assert excluded["groups"] == []
+    everything = facts(exit_result(accelerator_facts.main, {"host_root": root, "manufacturers": ["all"]}))
+    assert sorted(everything["manufacturers"]) == MANUFACTURERS
+    assert everything["manufacturers"]["amd"]["state"] == "detected"
+
+
+def test_a_selection_that_leaves_none_is_refused(source_repo: Path) -> None:
+    result = fail_result(accelerator_facts.main, {"host_root": "/", "manufacturers": ["!all"]})
+    assert result["msg"] == "manufacturers: !all leaves no manufacturer to detect"
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_host_root_is_refused_never_read_as_slash(blank: str, source_repo: Path) -> None:
+    result = fail_result(accelerator_facts.main, {"host_root": blank})
+    assert result["msg"].startswith("host_root is empty: ")
+    assert "ansible_facts" not in result
+
+
 def test_an_unknown_option_is_refused(source_repo: Path) -> None:
     result = fail_result(accelerator_facts.main, {"host_roots": "/"})
     assert "host_roots" in result["msg"]

@@ -11,7 +11,12 @@ from types import ModuleType
 
 import pytest
 from ansible_collections.gpustack.accelerators.plugins.modules import driver_mode
-from ansible_collections.gpustack.accelerators.tests.unit.plugins.modules.utils import exit_result, fail_result
+from ansible_collections.gpustack.accelerators.tests.unit.plugins.modules.utils import (
+    exit_result,
+    fail_result,
+    printed_result,
+    warning_messages,
+)
 
 DCMI = "usr/local/Ascend/driver/lib64/driver/libdcmi.so"
 SHARE = {"manufacturer": "ascend", "mode": "container-share"}
@@ -113,13 +118,63 @@ def test_an_unknown_accelerator_lists_the_choices(npu_node: Path) -> None:
     assert result["msg"].startswith("no accelerator '99'; choose all, an index or an id: 0 (")
 
 
-def test_a_manufacturer_without_accelerators_on_the_node_changes_nothing(
-    fixture_host: Callable[[str], Path],
+@pytest.mark.parametrize("state", ["read", "enabled", "disabled"])
+def test_a_manufacturer_absent_from_the_node_warns_naming_it(
+    state: str, fixture_host: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = {"manufacturer": "nvidia", "mode": "mig", "host_root": str(fixture_host("cpu-only-vm"))}
-    result = exit_result(driver_mode.main, args)
-    assert result["changed"] is False
+    """Never a silent changed=false: the warning Ansible shows (``warnings`` of the printed result)."""
+    root = fixture_host("cpu-only-vm")
+    args = {"manufacturer": "nvidia", "mode": "mig", "state": state, "host_root": str(root)}
+    rc, result = printed_result(driver_mode.main, args, capsys)
+    assert rc == 0
+    assert result["changed"] is False and "failed" not in result
+    assert result["modes"] == [] and "changes" not in result
+    assert warning_messages(result) == [
+        f"driver_mode: no nvidia accelerator was detected on this node (host root {root}), so mig was not {state}"
+    ]
+
+
+def test_absent_fail_fails_the_task_naming_the_manufacturer(fixture_host: Callable[[str], Path]) -> None:
+    root = fixture_host("cpu-only-vm")
+    args = {"manufacturer": "nvidia", "mode": "mig", "state": "enabled", "absent": "fail", "host_root": str(root)}
+    result = fail_result(driver_mode.main, args)
+    assert result["msg"] == (
+        f"driver_mode: no nvidia accelerator was detected on this node (host root {root}), so mig was not enabled"
+    )
     assert result["modes"] == []
+
+
+def test_an_absent_manufacturer_the_bus_shows_says_what_the_bus_shows(fixture_host: Callable[[str], Path]) -> None:
+    """Cards on the PCI bus, no driver answering: still absent for the mode, and the message says why."""
+    args = {
+        "manufacturer": "nvidia",
+        "mode": "mig",
+        "absent": "fail",
+        "host_root": str(fixture_host("nvidia-driver-broken")),
+    }
+    msg = fail_result(driver_mode.main, args)["msg"]
+    assert msg.startswith("driver_mode: no nvidia accelerator was detected on this node")
+    assert "the PCI bus shows 2 accelerator(s) of this manufacturer where its driver named 0" in msg
+    assert "Driver Not Loaded" in msg
+
+
+@pytest.mark.parametrize("absent", ["warn", "fail"])
+def test_an_unmeasured_manufacturer_always_fails(absent: str, fixture_host: Callable[[str], Path]) -> None:
+    args = {
+        "manufacturer": "nvidia",
+        "mode": "mig",
+        "absent": absent,
+        "host_root": str(fixture_host("unreadable-sysfs")),
+    }
+    result = fail_result(driver_mode.main, args)
+    assert "nvidia could not be measured: the PCI bus could not be listed" in result["msg"]
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_host_root_is_refused(blank: str, source_repo: Path) -> None:
+    result = fail_result(driver_mode.main, {"manufacturer": "ascend", "mode": "container-share", "host_root": blank})
+    assert result["msg"].startswith("host_root is empty: ")
+    assert "modes" not in result
 
 
 @pytest.mark.parametrize(
@@ -129,6 +184,7 @@ def test_a_manufacturer_without_accelerators_on_the_node_changes_nothing(
         ({"manufacturer": "nvidia", "mode": "mig", "state": "on"}, "state"),
         ({"manufacturer": "nvidia"}, "mode"),
         ({"manufacturer": "nvidia", "mode": "mig", "manufacturers": ["nvidia"]}, "manufacturers"),
+        ({"manufacturer": "nvidia", "mode": "mig", "absent": "ignore"}, "absent"),
     ],
 )
 def test_bad_arguments_are_refused_naming_the_option(args: dict[str, object], option: str, source_repo: Path) -> None:

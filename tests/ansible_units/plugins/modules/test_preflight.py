@@ -87,10 +87,26 @@ def test_the_printed_result_is_the_json_ansible_reads(
     assert result["report"]["accelerators"][0]["detection"]["state"] == "unavailable"
 
 
+def test_manufacturers_are_gather_subset_style(fixture_host: Callable[[str], Path]) -> None:
+    root = str(fixture_host("cpu-only-vm"))
+    result = exit_result(preflight.main, {"host_root": root, "manufacturers": ["!thead", "!cambricon"]})
+    assert sorted(answers(result)) == [m for m in MANUFACTURERS if m not in ("thead", "cambricon")]
+    result = exit_result(preflight.main, {"host_root": root, "manufacturers": ["all", "!nvidia"]})
+    assert sorted(answers(result)) == [m for m in MANUFACTURERS if m != "nvidia"]
+
+
+@pytest.mark.parametrize(("option", "blank"), [("host_root", ""), ("host_root", "  "), ("detect_root", " ")])
+def test_a_blank_root_is_refused_naming_the_option(option: str, blank: str, source_repo: Path) -> None:
+    result = fail_result(preflight.main, {"host_root": "/", option: blank})
+    assert result["msg"].startswith(f"{option} is empty: ")
+    assert "report" not in result
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [
         ({"fail_on": "sometimes"}, "fail_on"),
+        ({"manufacturers": ["!intel"]}, "manufacturers"),
         ({"manufacturers": ["intel"]}, "manufacturers"),
         ({"dry_run": "perhaps"}, "dry_run"),
     ],

@@ -85,6 +85,23 @@ def test_only_the_asked_manufacturers_are_staged(amd_node: Path, source: Path) -
     assert not (amd_node / LIB).exists()
 
 
+def test_manufacturers_are_gather_subset_style(amd_node: Path, source: Path) -> None:
+    args = {"src": str(source), "host_root": str(amd_node), "manufacturers": ["!amd"]}
+    without_amd = exit_result(preload_libraries.main, args, check_mode=True)
+    assert without_amd["staged"] == [] and without_amd["changed"] is False
+    but_thead = exit_result(preload_libraries.main, dict(args, manufacturers=["!thead"]), check_mode=True)
+    assert but_thead["staged"] == ["amd"] and but_thead["changed"] is True
+    assert not (amd_node / LIB).exists()
+
+
+@pytest.mark.parametrize(("option", "blank"), [("src", ""), ("src", "  "), ("host_root", ""), ("host_root", " ")])
+def test_a_blank_path_is_refused_naming_the_option(option: str, blank: str, amd_node: Path, source: Path) -> None:
+    args = {"src": str(source), "host_root": str(amd_node), option: blank}
+    result = fail_result(preload_libraries.main, args)
+    assert result["msg"].startswith(f"{option} is empty: ")
+    assert not (amd_node / LIB).exists()
+
+
 def test_a_source_without_a_needed_subtree_fails_naming_it(amd_node: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty-lib"
     empty.mkdir()
@@ -116,6 +133,7 @@ def test_an_archive_member_escaping_the_tree_is_refused(amd_node: Path, tmp_path
     [
         ({"state": "absent"}, "state"),
         ({"manufacturers": ["intel"]}, "manufacturers"),
+        ({"manufacturers": ["!intel"]}, "manufacturers"),
         ({"remote_src": "maybe"}, "remote_src"),
         ({"src": None}, "src"),
     ],

@@ -97,8 +97,27 @@ def fail_result(
 def printed_result(
     main: Callable[[], None], args: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, dict[str, Any]]:
-    """Run ``main()`` unpatched: the exit status and the JSON document it printed (what Ansible reads)."""
-    with set_module_args(args), pytest.raises(SystemExit) as info:
+    """Run ``main()`` unpatched: the exit status and the JSON document it printed (what Ansible reads).
+
+    As in a module's own fresh process, the warnings collected so far are dropped first (ansible-core
+    keeps them process-wide) and ``module.warn`` records them for the result even where controller code
+    was imported into this process before (ansible-core >= 2.19 then sends them to its display)."""
+    from ansible.module_utils.common import warnings
+
+    try:
+        from ansible.module_utils import _internal
+    except ImportError:  # ansible-core < 2.19: no controller switch
+        not_controller = contextlib.nullcontext()
+    else:
+        not_controller = mock.patch.object(_internal, "is_controller", False)
+    warnings._global_warnings.clear()
+    with set_module_args(args), not_controller, pytest.raises(SystemExit) as info:
         main()
     out = capsys.readouterr().out
     return int(info.value.code or 0), json.loads(out[out.index("{") :])
+
+
+def warning_messages(result: dict[str, Any]) -> list[str]:
+    """The ``module.warn`` messages of a printed result: plain strings before ansible-core 2.19, then
+    ``WarningSummary`` documents carrying the message in ``event.msg``."""
+    return [w if isinstance(w, str) else w["event"]["msg"] for w in result.get("warnings", [])]
