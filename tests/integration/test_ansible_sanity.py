@@ -1,8 +1,14 @@
-"""``ansible-test sanity`` (and ``units``) over the collection, laid out as ansible-test requires."""
+"""``ansible-test sanity`` and ``units`` from the INSTALLED collection: the Galaxy tarball built from
+this checkout (tests/tools/collection_tree.py, what ``make collection`` runs), installed with
+``ansible-galaxy collection install -p``, and ansible-test run in
+``<dir>/ansible_collections/gpustack/accelerators`` -- the standard layout the tarball itself carries
+(``tests/sanity/ignore-<X.Y>.txt``, ``tests/unit/plugins/...``), exactly what a user or a CI of theirs
+would run."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -10,31 +16,68 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN
-from tests.tools.collection_tree import build, install_get_pip_standin
+from tests.tools.collection_tree import (
+    built_once,
+    core_version,
+    install,
+    install_get_pip_standin,
+    point_units_at_source,
+)
 
 pytestmark = pytest.mark.ansible
 
 # Outside the repository on purpose: inside it, ansible-test would list files through the enclosing
-# git checkout (where this copy is ignored) and skip every target.
+# git checkout (where this copy is ignored) and skip every target. Kept between runs so ansible-test's
+# delegation venv (tests/output/.tmp) is reused.
 WORK = Path(tempfile.gettempdir()) / "gpustack-accelerators-ansible-test"
 
 
-def ansible_test(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def installed() -> Path:
+    """The tarball installed under WORK (replacing the last one), keeping ansible-test's tests/output."""
+    tree = WORK / "ansible_collections" / "gpustack" / "accelerators"
+    kept = WORK / "output-kept"
+    if (tree / "tests" / "output").is_dir():
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.move(tree / "tests" / "output", kept)
+    tree = install(built_once(), WORK)
+    if kept.is_dir():
+        shutil.move(kept, tree / "tests" / "output")
+    return tree
+
+
+def ansible_test(*args: str, env: dict[str, str]) -> tuple[Path, subprocess.CompletedProcess[str]]:
     install_get_pip_standin()
-    tree = build(WORK)
-    return subprocess.run(
+    tree = installed()
+    if args[0] == "units":
+        point_units_at_source(tree)
+    # nothing of this checkout's Ansible configuration: the installed tree is all ansible-test sees
+    env = {k: v for k, v in env.items() if k != "ANSIBLE_CONFIG"}
+    proc = subprocess.run(
         [str(BIN / "ansible-test"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=1800
     )
+    return tree, proc
 
 
 def test_sanity_is_clean(ansible_env: dict[str, str]) -> None:
-    proc = ansible_test("sanity", "--venv", "--python", "3.12", env=ansible_env)
+    tree, proc = ansible_test("sanity", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
     output = proc.stdout + proc.stderr
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
     assert proc.returncode == 0, "\n".join(errors) or output[-4000:]
     ran = {line.split('"')[1] for line in output.splitlines() if line.startswith("Running sanity test")}
-    assert {"validate-modules", "pylint", "import", "ansible-doc", "yamllint"} <= ran, output[-4000:]
+    assert {
+        "validate-modules",
+        "pylint",
+        "import",
+        "ansible-doc",
+        "yamllint",
+        "runtime-metadata",
+        "changelog",
+        "ignores",
+    } <= ran, output[-4000:]
     assert "All targets skipped" not in output
+    # the ignore file it read is the one the tarball ships for this ansible-core version
+    assert (tree / "tests" / "sanity" / f"ignore-{core_version()}.txt").is_file()
+    assert (tree / "MANIFEST.json").is_file(), "not an installed collection"
 
 
 # pytest's closing line per test context, e.g. "===== 2 failed, 51 passed, 1 skipped in 36.83s ====="
@@ -42,10 +85,11 @@ SUMMARY = re.compile(r"^=+ (?P<counts>\d+ \w+(?:, \d+ \w+)*) in [\d.]+s")
 
 
 def test_units_are_clean(ansible_env: dict[str, str]) -> None:
-    """The collection's own unit tests (tests/ansible_units/ -> tests/unit/), run by ansible-test in its
-    venv: modules and module_utils isolated from the controller code, action and plugin_utils as
-    controller tests. The stand-in vendor libraries they load are built by the session fixture."""
-    proc = ansible_test("units", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
+    """The collection's own unit tests (tests/unit/ of the tarball, from tests/ansible_units/), run by
+    ansible-test in its venv: modules and module_utils isolated from the controller code, action and
+    plugin_utils as controller tests. They run the package and read the fixture nodes of this checkout
+    (neither ships), found through tests/unit/source_repo.txt written into the installed tree."""
+    _, proc = ansible_test("units", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     contexts = set(re.findall(r"^Unit test (\w+) with Python 3\.12$", output, re.MULTILINE))

@@ -1,66 +1,243 @@
-"""Lay the collection out as ``ansible_collections/gpustack/accelerators/`` for ansible-test.
+"""Build the collection's Galaxy tarball, and install it the way a user does.
 
-ansible-test must run inside that path. The repository root *is* the collection, but also holds the
-package, fixtures and the project's own tests, so only collection content is copied (what galaxy.yml's
-build_ignore leaves in), plus the sanity ignore file named for the running ansible-core version.
+The repository root *is* the collection, but it also holds the package, fixtures and the project's own
+tests, and the tarball has to carry what the repository must not (the package wheel). So the build
+works on a staging copy, laid out as ``ansible_collections/gpustack/accelerators/``:
+
+1. the repository's collection content: every file ``galaxy.yml``'s ``build_ignore`` does not name;
+2. ``README.md`` <- ``docs/collection-README.md`` (the README of the *installed* collection: how to
+   install and use it; the repository's README is about this checkout);
+3. ``tests/unit/`` <- ``tests/ansible_units/`` (the repository's ``tests/unit`` holds the package's
+   pytest tests), so ``ansible-test units`` runs in the installed collection's standard layout;
+4. ``roles/install/files/gpustack_operator-<version>-py3-none-any.whl``, built here from ``operator/``
+   (``pip wheel --no-deps``): what the install role installs by default. Never committed.
+
+then ``ansible-galaxy collection build`` writes ``dist/gpustack-accelerators-<version>.tar.gz``.
+
+    python -m tests.tools.collection_tree                   # what `make collection` runs
+    python -m tests.tools.collection_tree --install /tmp/c  # ... and install it under /tmp/c (-p)
+    python -m tests.tools.collection_tree --release-changelog 0.2.0   # antsibull-changelog release
+
+The collection's ansible-test sanity ignore files are ``tests/sanity/ignore-<X.Y>.txt``, one per
+ansible-core version ``meta/runtime.yml`` claims, shipped as they are.
 """
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
+import functools
+import importlib.util
+import os
+import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
-import ansible.release
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-CONTENT = ("galaxy.yml", "meta", "plugins", "roles", "playbooks", "README.md")
+DIST = REPO / "dist"
+COLLECTION_README = Path("docs") / "collection-README.md"
+UNITS = REPO / "tests" / "ansible_units"
+# where the install role looks for the wheel it installs by default (role_path/files)
+WHEEL_DIR = Path("roles") / "install" / "files"
 GET_PIP_STANDIN = Path(__file__).with_name("get_pip_standin.py")
+BIN = Path(sys.executable).parent
+
+
+def galaxy() -> dict[str, Any]:
+    info: dict[str, Any] = yaml.safe_load((REPO / "galaxy.yml").read_text(encoding="utf-8"))
+    return info
 
 
 def core_version() -> str:
+    import ansible.release
+
     return ".".join(ansible.release.__version__.split(".")[:2])
 
 
-def build(base: Path) -> Path:
-    """Copy the collection under ``base/ansible_collections/gpustack/accelerators`` (fresh each time,
-    keeping ``tests/output`` so ansible-test's venvs are reused between runs)."""
-    tree = base / "ansible_collections" / "gpustack" / "accelerators"
-    tree.mkdir(parents=True, exist_ok=True)
-    for entry in tree.iterdir():
-        if entry.name != "tests":
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    for name in CONTENT:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(src, tree / name)
-    sanity = tree / "tests" / "sanity"
-    sanity.mkdir(parents=True, exist_ok=True)
-    for old in sanity.glob("ignore-*.txt"):
+def claimed_minimum() -> tuple[int, int]:
+    """The lowest ansible-core X.Y ``meta/runtime.yml``'s ``requires_ansible`` admits."""
+    runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text(encoding="utf-8"))
+    match = re.fullmatch(r">=\s*(\d+)\.(\d+)(?:\.\d+)?", runtime["requires_ansible"].strip())
+    if match is None:
+        raise SystemExit(f"meta/runtime.yml: requires_ansible {runtime['requires_ansible']!r} is not '>=X.Y.Z'")
+    return int(match[1]), int(match[2])
+
+
+def ignored(rel: str, patterns: list[str]) -> bool:
+    """``ansible-galaxy collection build``'s test for one relative path (fnmatch, ``*`` crosses ``/``)."""
+    return rel.rsplit("/", maxsplit=1)[-1] in {"__pycache__", ".git"} or any(fnmatch.fnmatch(rel, p) for p in patterns)
+
+
+def copy_content(dest: Path) -> None:
+    """The repository's collection content (what build_ignore leaves in) into ``dest``; the repository's
+    own ``tests/unit`` and the collection README source stay behind (the staging replaces them), and so
+    does a directory left with nothing in it (``extensions/`` without its ``molecule/``)."""
+    patterns = [str(p) for p in galaxy().get("build_ignore", [])]
+    replaced = {"tests/unit", str(COLLECTION_README)}
+
+    def walk(src: Path, rel: str) -> None:
+        for entry in sorted(src.iterdir()):
+            path = f"{rel}{entry.name}"
+            if path in replaced or ignored(path, patterns) or entry.suffix in (".pyc", ".retry"):
+                continue
+            target = dest / path
+            if entry.is_dir() and not entry.is_symlink():
+                walk(entry, f"{path}/")
+            elif entry.is_symlink():
+                raise SystemExit(f"{path}: a symbolic link in the collection content (copy the file instead)")
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(entry, target)
+
+    walk(REPO, "")
+
+
+def build_wheel(out: Path) -> Path:
+    """``gpustack_operator-<version>-py3-none-any.whl`` in ``out`` (no index needed when setuptools is
+    importable here; otherwise pip's isolated build fetches it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("gpustack_operator-*.whl"):
         old.unlink()
-    # ansible-test accepts no comment lines: keep only the entries
-    entries = [
-        line
-        for line in (REPO / "tests" / "sanity" / "ignore.txt").read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    (sanity / f"ignore-{core_version()}.txt").write_text("\n".join(entries) + "\n")
-    units = REPO / "tests" / "ansible_units"
-    if units.is_dir():
-        shutil.rmtree(tree / "tests" / "unit", ignore_errors=True)
-        shutil.copytree(units, tree / "tests" / "unit", ignore=shutil.ignore_patterns("__pycache__"))
-        # ansible-test passes no environment of ours to pytest: the unit tests find the package source
-        # and the fixture nodes through this file (see tests/ansible_units/conftest.py)
-        (tree / "tests" / "unit" / "source_repo.txt").write_text(f"{REPO}\n", encoding="utf-8")
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation, "--wheel-dir", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
+    (wheel,) = out.glob("gpustack_operator-*.whl")
+    return wheel
+
+
+def wheel_version(wheel: Path) -> str:
+    return wheel.name.split("-")[1]
+
+
+def stage(base: Path, wheel: Path | None) -> Path:
+    """The staging copy under ``base/ansible_collections/gpustack/accelerators`` (made afresh);
+    ``wheel`` None stages no wheel (for the changelog, which needs only the plugins)."""
+    tree = base / "ansible_collections" / "gpustack" / "accelerators"
+    if tree.exists():
+        shutil.rmtree(tree)
+    tree.mkdir(parents=True)
+    copy_content(tree)
+    shutil.copy2(REPO / COLLECTION_README, tree / "README.md")
+    ignores = sorted(p.name for p in (tree / "tests" / "sanity").glob("ignore-*.txt"))
+    low = claimed_minimum()
+    current = tuple(int(x) for x in core_version().split("."))
+    wanted = [f"ignore-{low[0]}.{minor}.txt" for minor in range(low[1], current[1] + 1)] if low[0] == current[0] else []
+    missing = sorted(set(wanted) - set(ignores))
+    if missing:
+        raise SystemExit(
+            f"tests/sanity lacks {', '.join(missing)} for the ansible-core versions meta/runtime.yml claims"
+        )
+    shutil.copytree(UNITS, tree / "tests" / "unit", ignore=shutil.ignore_patterns("__pycache__", "source_repo.txt"))
+    if wheel is not None:
+        version = galaxy()["version"]
+        if wheel_version(wheel) != version:
+            raise SystemExit(
+                f"{wheel.name} is not version {version}: the collection and the package it carries are released "
+                "together (galaxy.yml version == pyproject.toml version)"
+            )
+        (tree / WHEEL_DIR).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(wheel, tree / WHEEL_DIR / wheel.name)
     return tree
+
+
+@functools.cache
+def empty_config() -> Path:
+    """An ansible.cfg that sets nothing (ansible refuses os.devnull: it wants a .cfg name)."""
+    path = Path(tempfile.mkdtemp(prefix="gpustack-ansible-cfg-")) / "ansible.cfg"
+    path.write_text("[defaults]\n", encoding="utf-8")
+    return path
+
+
+def quiet_env() -> dict[str, str]:
+    """ansible-galaxy with no configuration of this checkout (its ansible.cfg points at collections/)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(empty_config()), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+def build(dist: Path = DIST) -> Path:
+    """Build the tarball into ``dist`` (replacing an older build of the same version) and return it."""
+    info = galaxy()
+    with tempfile.TemporaryDirectory(prefix="gpustack-collection-") as scratch:
+        wheel = build_wheel(Path(scratch) / "wheel")
+        tree = stage(Path(scratch) / "stage", wheel)
+        dist.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [str(BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path", str(dist), str(tree)],
+            capture_output=True,
+            text=True,
+            env=quiet_env(),
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"ansible-galaxy collection build failed:\n{proc.stdout}{proc.stderr}")
+    return dist / f"{info['namespace']}-{info['name']}-{info['version']}.tar.gz"
+
+
+@functools.cache
+def built_once() -> Path:
+    """One build per test session, outside the repository (tests never touch dist/)."""
+    return build(Path(tempfile.mkdtemp(prefix="gpustack-collection-dist-")))
+
+
+def install(tarball: Path, dest: Path) -> Path:
+    """``ansible-galaxy collection install -p dest <tarball>`` (offline, replacing an installed copy);
+    returns the installed collection's directory."""
+    proc = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--force", "-p", str(dest), str(tarball)],
+        capture_output=True,
+        text=True,
+        env=quiet_env(),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"ansible-galaxy collection install failed:\n{proc.stdout}{proc.stderr}")
+    return dest / "ansible_collections" / "gpustack" / "accelerators"
+
+
+def download_wheelhouse(requirements: Path, wheelhouse: Path, cache: Path = REPO / "tests" / ".build" / "pip") -> Path:
+    """``pip download --only-binary=:all: -r <requirements> -d <wheelhouse>`` for this Python, taken from
+    ``cache`` offline when it has everything; the index is asked (once, into the cache) otherwise."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def pip(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "-r", str(requirements)]
+        return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+
+    offline = ("--no-index", "--find-links", str(cache), "--dest", str(wheelhouse))
+    if pip(*offline).returncode != 0:
+        online = pip("--dest", str(cache))
+        if online.returncode != 0:
+            raise SystemExit(f"pip download failed:\n{online.stdout}{online.stderr}")
+        proc = pip(*offline)
+        if proc.returncode != 0:
+            raise SystemExit(f"pip download from {cache} failed:\n{proc.stdout}{proc.stderr}")
+    return wheelhouse
+
+
+def point_units_at_source(tree: Path) -> None:
+    """The unit tests run the package and read the fixture nodes of a source checkout (neither ships);
+    ansible-test passes no environment of ours to pytest, so they find it through this file (see
+    tests/ansible_units/conftest.py)."""
+    (tree / "tests" / "unit" / "source_repo.txt").write_text(f"{REPO}\n", encoding="utf-8")
 
 
 def install_get_pip_standin() -> None:
     """ansible-test downloads a get-pip script that is unreachable here; give it the stand-in under
     every name it may ask for (the pip version is ansible-test's own pin)."""
-    import re
-
     import ansible_test
 
     source = Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
@@ -69,3 +246,51 @@ def install_get_pip_standin() -> None:
     cache.mkdir(parents=True, exist_ok=True)
     for version in versions:
         shutil.copy2(GET_PIP_STANDIN, cache / f"get_pip_{version.replace('.', '_')}.py")
+
+
+def release_changelog(version: str) -> None:
+    """``antsibull-changelog release`` for ``version``. It runs in a staging copy: antsibull-changelog
+    copies the collection to list its plugins with ansible-doc, and the repository's fixture nodes hold
+    symlinks that deliberately point nowhere. The release's changelog.yaml and CHANGELOG.rst come back;
+    the fragments it consumed are removed here."""
+    with tempfile.TemporaryDirectory(prefix="gpustack-changelog-") as scratch:
+        tree = stage(Path(scratch), None)
+        proc = subprocess.run(
+            [str(BIN / "antsibull-changelog"), "release", "-v", "--version", version],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            env=quiet_env(),
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"antsibull-changelog release failed:\n{proc.stdout}{proc.stderr}")
+        shutil.copy2(tree / "changelogs" / "changelog.yaml", REPO / "changelogs" / "changelog.yaml")
+        shutil.copy2(tree / "CHANGELOG.rst", REPO / "CHANGELOG.rst")
+        left = {p.name for p in (tree / "changelogs" / "fragments").iterdir()}
+        for fragment in (REPO / "changelogs" / "fragments").iterdir():
+            if fragment.name not in left and not fragment.name.startswith("."):
+                fragment.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dist", type=Path, default=DIST, help="where the tarball goes (default: dist/)")
+    parser.add_argument("--install", type=Path, metavar="DIR", help="then install it under DIR (ansible-galaxy -p)")
+    parser.add_argument("--release-changelog", metavar="VERSION", help="only run antsibull-changelog release")
+    args = parser.parse_args(argv)
+    if args.release_changelog:
+        release_changelog(args.release_changelog)
+        print(REPO / "CHANGELOG.rst")
+        return 0
+    tarball = build(args.dist)
+    print(tarball)
+    if args.install:
+        tree = install(tarball, args.install)
+        point_units_at_source(tree)
+        print(tree)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""The collection as a user gets it: the Galaxy tarball built from this checkout (what ``make
+collection`` builds), installed with ansible-galaxy into a fresh project directory, and that project's
+own inventory and playbook -- exactly those of the collection README's "Use it from your own
+playbooks" -- run with no network: the install role puts the bundled wheel into a venv per simulated
+host (dependencies from a wheelhouse, ``--no-index``), the preflight role writes the fleet report under
+the project directory, and the host the install role never ran on fails with the install hint while
+the others are reported. Nothing of this checkout is on the path: not its ansible.cfg, not its
+collections/ symlink, not its pip configuration."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, HOSTS, REPO
+from tests.tools.collection_tree import (
+    COLLECTION_README,
+    built_once,
+    claimed_minimum,
+    core_version,
+    download_wheelhouse,
+    empty_config,
+)
+
+pytestmark = pytest.mark.ansible
+
+README = REPO / COLLECTION_README
+FIXTURES_PLACEHOLDER = "/path/to/gpustack-operator/tests/fixtures/hosts"
+INSTALLED = Path("collections") / "ansible_collections" / "gpustack" / "accelerators"
+
+
+def readme_block(name: str, readme: Path = README) -> str:
+    """The README's code block that starts with ``# <name>`` (or, for ``bash``, the walk-through's)."""
+    blocks = re.findall(r"^```(?:yaml|bash)\n(.*?)^```", readme.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    if name == "bash":
+        (block,) = [b for b in blocks if "ansible-playbook -i inventory.yml site.yml" in b]
+    else:
+        (block,) = [b for b in blocks if b.startswith(f"# {name}\n")]
+    return str(block)
+
+
+def readme_file(name: str) -> str:
+    """The README's ``name``, the fixture path made this checkout's."""
+    return readme_block(name).replace(FIXTURES_PLACEHOLDER, str(HOSTS))
+
+
+def readme_commands() -> list[str]:
+    """The shell commands of the README's project walk-through (continuation lines joined)."""
+    block = readme_block("bash")
+    text = block.replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def offline_prefix() -> list[str]:
+    """A network namespace of our own (only a loopback, down) when this machine lets us make one."""
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False)
+    return ["unshare", "--net"] if probe.returncode == 0 else []
+
+
+def user_env(project: Path) -> dict[str, str]:
+    """A shell in the project directory: its PWD, this venv's ansible on PATH, the project's collections
+    only, an Ansible configuration that sets nothing, and pip with no configuration file (no index,
+    no find-links of this machine: only what the role passes)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANSIBLE_", "PIP_", "GPUSTACK_", "VIRTUAL_ENV", "PYTHONPATH"))
+    }
+    env.update(
+        PWD=str(project),
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        ANSIBLE_CONFIG=str(empty_config()),
+        ANSIBLE_COLLECTIONS_PATH=str(project / "collections"),
+        ANSIBLE_HOME=str(project.parent / "ansible-home"),
+        ANSIBLE_LOCAL_TEMP=str(project.parent / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(project.parent / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        PIP_CONFIG_FILE=os.devnull,
+    )
+    return env
+
+
+def run(argv: list[str], project: Path, *, offline: bool = True) -> subprocess.CompletedProcess[str]:
+    prefix = offline_prefix() if offline else []
+    return subprocess.run(
+        [*prefix, *argv], cwd=project, env=user_env(project), capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.fixture(scope="module")
+def tarball() -> Path:
+    return built_once()
+
+
+@pytest.fixture(scope="module")
+def members(tarball: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(tarball) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+@pytest.fixture(scope="module")
+def fleet(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The README's walk-through in a fresh project directory, run once for this module's tests."""
+    project = tmp_path_factory.mktemp("user") / "my-fleet"
+    project.mkdir()
+    shutil.copy2(tarball, project / tarball.name)
+    for name in ("requirements.yml", "inventory.yml", "site.yml"):
+        (project / name).write_text(readme_file(name), encoding="utf-8")
+    repo_reports = set((REPO / "reports").glob("preflight-*")) if (REPO / "reports").is_dir() else set()
+
+    install, download, playbook = readme_commands()
+    assert install == "ansible-galaxy collection install -r requirements.yml -p ./collections", install
+    galaxy = run([str(BIN / "ansible-galaxy"), *install.split()[1:]], project)
+    assert galaxy.returncode == 0, galaxy.stdout + galaxy.stderr
+    tree = project / INSTALLED
+    assert (tree / "MANIFEST.json").is_file(), galaxy.stdout
+
+    # "once, where an index is reachable": the same requirements file, this Python (the venvs' own)
+    assert download.startswith("python3.12 -m pip download --only-binary=:all: -d wheelhouse -r "), download
+    assert download.endswith(f" {INSTALLED}/requirements.txt"), download
+    download_wheelhouse(tree / "requirements.txt", project / "wheelhouse")
+
+    assert playbook == "ANSIBLE_COLLECTIONS_PATH=./collections ansible-playbook -i inventory.yml site.yml", playbook
+    proc = run([str(BIN / "ansible-playbook"), "-i", "inventory.yml", "site.yml"], project)
+    new_repo_reports = (
+        set((REPO / "reports").glob("preflight-*")) if (REPO / "reports").is_dir() else set()
+    ) - repo_reports
+    return {"project": project, "tree": tree, "proc": proc, "repo_reports": new_repo_reports}
+
+
+@pytest.mark.parametrize("name", ["requirements.yml", "inventory.yml", "site.yml", "bash"])
+def test_the_repository_readme_shows_the_same_walk_through(name: str) -> None:
+    assert readme_block(name, REPO / "README.md") == readme_block(name)
+
+
+def recap(out: str) -> dict[str, int]:
+    return {
+        host: int(failed)
+        for host, failed in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.M)
+    }
+
+
+def test_the_fleet_runs_from_the_installed_tarball_alone(fleet: dict[str, Any]) -> None:
+    proc = fleet["proc"]
+    out = proc.stdout + proc.stderr
+    # bare-01 has no package: the run fails, on that host only, after the report
+    assert proc.returncode != 0, out[-4000:]
+    assert recap(out) == {"hgx-h100-01": 0, "mi300x-01": 0, "bare-01": 1}, out[-4000:]
+    line = re.search(r"fleet preflight: .*", out)
+    assert line is not None, out[-4000:]
+    assert line[0].startswith("fleet preflight: 3 hosts, 2 ok, 0 unavailable, 0 unreachable"), line[0]
+    assert "1 failed" in line[0], line[0]
+    # the roles that ran are the installed collection's: this checkout's install role carries no
+    # wheel and would have refused
+    assert "this copy of gpustack.accelerators carries" not in out
+    assert str(REPO) not in out.replace(str(HOSTS), ""), "the run reached into the source checkout"
+
+
+def test_the_report_lands_in_the_project_directory_never_in_the_collection(fleet: dict[str, Any]) -> None:
+    project: Path = fleet["project"]
+    reports = sorted(p.name for p in (project / "reports").iterdir())
+    assert len(reports) == 3 and {Path(r).suffix for r in reports} == {".yaml", ".html", ".xml"}, reports
+    assert not list((project / "collections").rglob("preflight-*")), "a report inside the installed collection"
+    assert not fleet["repo_reports"], "a report in the source checkout"
+
+
+def test_a_host_without_the_package_fails_with_the_hint_and_the_others_are_reported(fleet: dict[str, Any]) -> None:
+    project: Path = fleet["project"]
+    (yaml_path,) = (project / "reports").glob("preflight-*.yaml")
+    doc = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    hosts = doc["hosts"]
+    assert set(hosts) == {"hgx-h100-01", "mi300x-01", "bare-01"}
+    assert hosts["hgx-h100-01"]["status"] == "ok", hosts["hgx-h100-01"]
+    assert hosts["mi300x-01"]["status"] == "ok", hosts["mi300x-01"]
+    bare = hosts["bare-01"]
+    assert bare["status"] == "failed", bare
+    said = json.dumps(bare)
+    assert "gpustack-operator" in said and "gpustack.accelerators.install" in said, bare
+    assert doc["summary"]["hosts"] == 3 and doc["summary"]["ok"] == 2 and doc["summary"]["failed"] == 1
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("host", ["hgx-h100-01", "mi300x-01"])
+def test_each_venv_holds_the_bundled_wheel_and_the_wheelhouse(fleet: dict[str, Any], host: str) -> None:
+    project: Path = fleet["project"]
+    (bundled,) = (fleet["tree"] / "roles" / "install" / "files").glob("gpustack_operator-*.whl")
+    venv = project / "venvs" / host
+    assert sha256(venv / bundled.name) == sha256(bundled)
+    version = subprocess.run([venv / "bin" / "gpustack-operator", "--version"], capture_output=True, text=True)
+    assert version.stdout.strip() == f"gpustack-operator {bundled.name.split('-')[1]}"
+    listed = subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    installed = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed.stdout)}
+    for whl in (project / "wheelhouse").glob("*.whl"):
+        name, whl_version = whl.name.split("-")[:2]
+        assert installed.get(name.lower().replace("_", "-")) == whl_version, whl.name
+    assert not list((project / "wheelhouse").glob("gpustack_operator-*")), "the package came from the wheelhouse"
+
+
+def test_module_defaults_reach_the_action_group(fleet: dict[str, Any]) -> None:
+    """`group/gpustack.accelerators.accelerators` sets host_root once for its members."""
+    project: Path = fleet["project"]
+    play = project / "defaults.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "host_root from module_defaults",
+                    "hosts": "probe",
+                    "gather_facts": False,
+                    "module_defaults": {
+                        "group/gpustack.accelerators.accelerators": {"host_root": str(HOSTS / "mi300x-8x")}
+                    },
+                    "tasks": [
+                        {"name": "facts", "gpustack.accelerators.accelerator_facts": {}},
+                        {
+                            "name": "they are the MI300X node's",
+                            "ansible.builtin.assert": {
+                                "that": ["ansible_facts.gpustack_accelerators.groups[0].manufacturer == 'amd'"]
+                            },
+                        },
+                    ],
+                }
+            ]
+        ),
+        encoding="utf-8",
+    )
+    inventory = project / "probe.yml"
+    python = project / "venvs" / "mi300x-01" / "bin" / "python"
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"hosts": {"probe": {"ansible_connection": "local", "ansible_python_interpreter": str(python)}}}}
+        ),
+        encoding="utf-8",
+    )
+    proc = run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)], project)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+# -- the tarball itself ---------------------------------------------------------------------------
+
+# What the installed collection may hold at its top, and under tests/: nothing of the checkout.
+TOP = {
+    "MANIFEST.json",
+    "FILES.json",
+    "LICENSE",
+    "README.md",
+    "CHANGELOG.rst",
+    "requirements.txt",
+    "bindep.txt",
+    "changelogs",
+    "docs",
+    "meta",
+    "plugins",
+    "roles",
+    "playbooks",
+    "tests",
+}
+
+
+def test_the_tarball_carries_the_collection_and_nothing_of_the_checkout(members: dict[str, tarfile.TarInfo]) -> None:
+    names = set(members)
+    assert {n.split("/")[0] for n in names} <= TOP, sorted({n.split("/")[0] for n in names} - TOP)
+    assert {n.split("/")[1] for n in names if n.startswith("tests/") and n.count("/") >= 1} <= {"sanity", "unit"}
+    for dev_only in ("ansible.cfg", "inventory", "Makefile", "pyproject.toml", "operator", "bench", "molecule"):
+        assert not any(n == dev_only or n.startswith(dev_only + "/") for n in names), dev_only
+    assert not any("fixtures" in n.split("/") or n.endswith(".pyc") or "__pycache__" in n for n in names)
+    assert not [n for n in names if n.startswith(("tests/unit/test_", "tests/integration", "tests/unit/source_repo"))]
+    assert {"docs/preflight.md", "docs/architecture.md", "meta/runtime.yml", "meta/execution-environment.yml"} <= names
+    assert "tests/unit/plugins/modules/test_preflight.py" in names and "tests/unit/conftest.py" in names
+
+
+def read(tarball: Path, name: str) -> bytes:
+    with tarfile.open(tarball) as tar:
+        member = tar.extractfile(name)
+        assert member is not None, name
+        return member.read()
+
+
+def test_manifest_licence_and_readme(tarball: Path) -> None:
+    manifest = json.loads(read(tarball, "MANIFEST.json"))["collection_info"]
+    assert (manifest["namespace"], manifest["name"]) == ("gpustack", "accelerators")
+    assert manifest["license"] == ["Apache-2.0"] and manifest["readme"] == "README.md"
+    text = json.dumps(manifest)
+    assert "example" not in text and "invalid" not in text, manifest  # no placeholder URLs
+    licence = read(tarball, "LICENSE").decode()
+    assert licence.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    for section in range(1, 10):
+        assert f"\n   {section}. " in licence, f"section {section} of the Apache License 2.0 is missing"
+    assert "END OF TERMS AND CONDITIONS" in licence and "APPENDIX: How to apply the Apache License" in licence
+    # the collection README, not this checkout's
+    assert read(tarball, "README.md") == README.read_bytes()
+    assert b"ansible-galaxy collection install" in read(tarball, "README.md")
+
+
+def test_the_bundled_wheel_is_the_collection_version(tarball: Path, members: dict[str, tarfile.TarInfo]) -> None:
+    (wheel,) = [n for n in members if n.startswith("roles/install/files/")]
+    version = json.loads(read(tarball, "MANIFEST.json"))["collection_info"]["version"]
+    assert Path(wheel).name == f"gpustack_operator-{version}-py3-none-any.whl"
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["version"] == version
+
+
+def test_a_sanity_ignore_file_for_every_claimed_ansible_core(members: dict[str, tarfile.TarInfo]) -> None:
+    major, minor = claimed_minimum()
+    current = int(core_version().split(".")[1])
+    for claimed in range(minor, current + 1):
+        assert f"tests/sanity/ignore-{major}.{claimed}.txt" in members, claimed
+
+
+def test_the_execution_environment_files(tarball: Path) -> None:
+    ee = yaml.safe_load(read(tarball, "meta/execution-environment.yml"))
+    assert ee["dependencies"] == {"python": "requirements.txt", "system": "bindep.txt"}
+    requirements = [
+        line for line in read(tarball, "requirements.txt").decode().splitlines() if line and not line.startswith("#")
+    ]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert requirements == pyproject["project"]["dependencies"]
+
+    from bindep.depends import Depends
+
+    rules = {name: versions for name, _, versions in Depends(read(tarball, "bindep.txt").decode())._rules}
+    assert rules["coreutils"] == [] and rules["python3"] == [(">=", "3.12")]
+
+
+def test_the_changelog_is_generated(members: dict[str, tarfile.TarInfo], tarball: Path) -> None:
+    assert {"CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml"} <= set(members)
+    version = json.loads(read(tarball, "MANIFEST.json"))["collection_info"]["version"]
+    assert version in yaml.safe_load(read(tarball, "changelogs/changelog.yaml"))["releases"]
+
+
+def test_no_wheel_is_committed() -> None:
+    tracked = subprocess.run(["git", "ls-files", "*.whl"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert tracked.stdout == ""
+
+
+def test_the_action_group_is_the_modules_that_share_the_node_options(fleet: dict[str, Any]) -> None:
+    tree: Path = fleet["tree"]
+    runtime = yaml.safe_load((tree / "meta" / "runtime.yml").read_text(encoding="utf-8"))
+    modules = sorted(p.stem for p in (tree / "plugins" / "modules").glob("*.py"))
+    proc = run(
+        [str(BIN / "ansible-doc"), "--json", "-t", "module", *(f"gpustack.accelerators.{m}" for m in modules)],
+        fleet["project"],
+        offline=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = json.loads(proc.stdout)
+    sharing = {name.split(".")[-1] for name, doc in docs.items() if "host_root" in doc["doc"].get("options", {})}
+    assert sorted(runtime["action_groups"]["accelerators"]) == sorted(sharing)
+    assert "fleet_report" not in sharing
