@@ -1,10 +1,14 @@
-"""The roles' molecule scenarios (molecule/<scenario>/), run for real: podman containers with no
-network, each scenario's full test sequence (converge, idempotence, check, testinfra verify, destroy).
+"""The roles' molecule scenarios (extensions/molecule/<scenario>/, where molecule looks in a
+collection), run for real: ``molecule test -s <scenario>`` from the repository root, as a newcomer
+would, in podman containers with no network, each scenario's full test sequence (converge,
+idempotence, check, testinfra verify, destroy).
 
 tests/tools/podman_image.sh makes this machine ready first (podman, runc and debootstrap from Debian;
-containers.conf; the containers.podman collection; the image localhost/gpustack-molecule, built once).
-The scenarios run side by side (each has its own container and build directory) to keep the
-whole module to a few minutes; every scenario's output is kept in tests/.build/molecule/logs/.
+containers.conf; the containers.podman collection; the image localhost/gpustack-molecule, built once)
+-- each scenario's create step runs it too, so this is only to build it once, not four times side by
+side. The scenarios run side by side (each has its own build and ephemeral directory, and its
+containers carry this checkout's run id) to keep the whole module to a few minutes; every scenario's
+output is kept in tests/.build/molecule/logs/.
 """
 
 from __future__ import annotations
@@ -26,13 +30,8 @@ from tests.conftest import BIN, REPO
 
 pytestmark = pytest.mark.ansible
 
-# scenario -> the container its molecule.yml creates
-SCENARIOS = {
-    "preflight": "gpustack-preflight",
-    "install": "gpustack-install",
-    "driver_modes": "gpustack-driver-modes",
-    "preload_libraries": "gpustack-preload-libraries",
-}
+SCENARIOS = ("preflight", "install", "driver_modes", "preload_libraries")
+SCENARIO_DIR = REPO / "extensions" / "molecule"
 # every action of the scenarios' test_sequence that must run and succeed
 ACTIONS = ("destroy", "create", "prepare", "converge", "idempotence", "check", "verify")
 LOGS = REPO / "tests" / ".build" / "molecule" / "logs"
@@ -87,11 +86,39 @@ def molecule_env() -> dict[str, str]:
     return env
 
 
-def podman_names(env: dict[str, str]) -> set[str]:
+def scenario_env(env: dict[str, str], scenario: str) -> dict[str, str]:
+    """``env`` with the scenario's own ephemeral directory under tests/.build (molecule's default is
+    keyed by the checkout's basename only: two checkouts called alike would share it)."""
+    return dict(env, MOLECULE_EPHEMERAL_DIRECTORY=str(REPO / "tests" / ".build" / "molecule" / scenario / "ephemeral"))
+
+
+def left_behind(env: dict[str, str]) -> dict[str, str]:
+    """This checkout's molecule containers still there (extensions/molecule/shared/create.yml labels
+    each with the project directory and its scenario): container name -> scenario."""
     proc = subprocess.run(
-        ["podman", "ps", "--all", "--format", "{{.Names}}"], env=env, capture_output=True, text=True, check=True
+        [
+            "podman",
+            "ps",
+            "--all",
+            "--filter",
+            f"label=gpustack.molecule.project={REPO}",
+            "--format",
+            '{{.Names}} {{index .Labels "gpustack.molecule.scenario"}}',
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    return set(proc.stdout.split())
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+
+
+def test_scenarios_are_where_molecule_looks_in_a_collection() -> None:
+    """Molecule reads a collection's scenarios from extensions/molecule/ (its shared config.yml
+    there): nothing is left at molecule/, which would switch it back to role mode with a warning."""
+    assert not (REPO / "molecule").exists()
+    assert (SCENARIO_DIR / "config.yml").is_file()
+    assert sorted(p.parent.name for p in SCENARIO_DIR.glob("*/molecule.yml")) == sorted(SCENARIOS)
 
 
 def timestamped(stream: IO[bytes], log: Path, t0: float) -> None:
@@ -113,7 +140,7 @@ def runs(molecule_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, flo
         proc = subprocess.Popen(
             [str(BIN / "molecule"), "test", "-s", scenario],
             cwd=REPO,
-            env=molecule_env,
+            env=scenario_env(molecule_env, scenario),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -142,17 +169,15 @@ def runs(molecule_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, flo
                 proc.kill()
                 proc.wait()
         # a scenario that died half way must not leave its container behind
-        left = podman_names(molecule_env) & set(SCENARIOS.values())
-        for scenario, container in SCENARIOS.items():
-            if container in left:
-                subprocess.run(
-                    [str(BIN / "molecule"), "destroy", "-s", scenario],
-                    cwd=REPO,
-                    env=molecule_env,
-                    capture_output=True,
-                    timeout=300,
-                    check=False,
-                )
+        for scenario in sorted(set(left_behind(molecule_env).values()) & set(SCENARIOS)):
+            subprocess.run(
+                [str(BIN / "molecule"), "destroy", "-s", scenario],
+                cwd=REPO,
+                env=scenario_env(molecule_env, scenario),
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -172,4 +197,4 @@ def test_scenario(runs: dict[str, tuple[int, str, float]], scenario: str) -> Non
 
 def test_no_container_is_left_behind(runs: dict[str, tuple[int, str, float]], molecule_env: dict[str, str]) -> None:
     assert runs
-    assert not podman_names(molecule_env) & set(SCENARIOS.values())
+    assert left_behind(molecule_env) == {}

@@ -1,4 +1,4 @@
-"""Controller-side artifacts for the molecule scenarios (molecule/*/prepare.yml runs this).
+"""Controller-side artifacts for the molecule scenarios (extensions/molecule/*/prepare.yml runs this).
 
 The containers run with no network at all, so everything they need is made here and copied in:
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Everything the molecule scenarios (molecule/*/) need on this machine, idempotent:
+# Everything the molecule scenarios (extensions/molecule/*/) need on this machine, idempotent (the
+# scenarios' shared create step, extensions/molecule/shared/create.yml, runs it before starting a
+# container, so `molecule test -s <scenario>` on a fresh machine needs nothing else):
 #
 #   1. podman, runc and debootstrap from Debian (apt-get, only what is missing);
 #   2. tests/.build/podman/containers.conf: podman as root on these machines needs runc (crun fails on
@@ -10,7 +12,9 @@
 #   4. the image localhost/gpustack-molecule, built once per recipe (see IMAGE_RECIPE below).
 #
 # It prints the environment to export, e.g.  eval "$(tests/tools/podman_image.sh)"  -- everything else
-# goes to stderr. Needs root (podman as root, debootstrap, apt-get).
+# goes to stderr (the scenarios set the same CONTAINERS_CONF themselves, in extensions/molecule/config.yml).
+# Needs root (podman as root, debootstrap, apt-get). Runs one at a time (a lock under tests/.build/podman):
+# scenarios started side by side on a cold machine wait for the first one's build instead of racing it.
 #
 # Why the image is Debian bookworm plus a copied CPython >= 3.12 (and not trixie):
 #   * bookworm is this machine's own release: the vendor stand-in libraries that `python -m
@@ -46,6 +50,8 @@ die() { printf 'podman_image.sh: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (podman as root, debootstrap and apt-get); run it as root"
 mkdir -p "$BUILD" "$PIPCACHE"
+exec 9>"$BUILD/.lock"
+flock 9
 
 # -- 1. Debian packages --------------------------------------------------------------------------------
 missing=()
@@ -84,7 +90,11 @@ export CONTAINERS_CONF="$CONF"
 # -- 3. containers.podman collection -----------------------------------------------------------------
 COLL="$REPO/collections/ansible_collections/containers/podman"
 if [ ! -f "$COLL/MANIFEST.json" ]; then
-    PY=$(command -v python3)
+    # pip of a Python >= 3.12 (the ansible release needs it): the project's venv, else the PATH's python3
+    PY="$REPO/.venv/bin/python"
+    [ -x "$PY" ] || PY=$(command -v python3)
+    "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 12))' \
+        || die "$PY is older than 3.12, whose pip cannot fetch ansible==$ANSIBLE_WHEEL_VERSION: run make (it creates .venv)"
     WHEEL="$PIPCACHE/ansible-$ANSIBLE_WHEEL_VERSION-py3-none-any.whl"
     if [ ! -f "$WHEEL" ]; then
         log "pip download ansible==$ANSIBLE_WHEEL_VERSION (for containers.podman only)"

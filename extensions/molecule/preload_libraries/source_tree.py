@@ -16,7 +16,7 @@ under ``--out``:
 
 Prints ``{"source", "tarball", "next", "next_changes"}`` (paths) as JSON.
 
-    python molecule/preload_libraries/source_tree.py --out tests/.build/molecule/preload_libraries
+    python extensions/molecule/preload_libraries/source_tree.py --out tests/.build/molecule/preload_libraries
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Controller-side helpers for the scenarios' testinfra verifiers (molecule/*/tests/).
+"""Controller-side helpers for the scenarios' testinfra verifiers (extensions/molecule/*/tests/).
 
 The verifier runs on the controller: what the containers hold is read through testinfra's ``host``,
 and what the package says about the same fixture is read here, with the controller's own
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]  # extensions/molecule/shared/controller.py
 sys.path.insert(0, str(REPO))
 
 # re-exported for the verifiers
@@ -31,6 +32,18 @@ CLI = Path(sys.executable).parent / "gpustack-operator"
 VENV = "/opt/gpustack-operator/venv"
 # One line per entry under a root: relative path, type (f d l ...), link target.
 LISTING = "find {root} -mindepth 1 -printf '%P\\t%y\\t%l\\n'"
+
+
+def run_id() -> str:
+    """This run's id, as ../config.yml's ``molecule_run_id`` computes it: the first 10 hex of the
+    sha256 of "<project directory>:<ephemeral directory>" (molecule gives the verifier both)."""
+    key = f"{os.environ['MOLECULE_PROJECT_DIRECTORY']}:{os.environ['MOLECULE_EPHEMERAL_DIRECTORY']}"
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def container(platform: str) -> str:
+    """The name of this run's container for ``platform`` (shared/create.yml starts it)."""
+    return f"{platform}-{run_id()}"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

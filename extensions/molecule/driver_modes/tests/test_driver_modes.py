@@ -10,11 +10,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from controller import HOSTS, VENV, sha256
+from controller import HOSTS, VENV, container, sha256
 
 # testinfra's own podman backend (through molecule's inventory it would fall back to one ad-hoc
 # `ansible` run per command for the podman connection)
-testinfra_hosts = ["podman://gpustack-driver-modes"]
+testinfra_hosts = ["podman://" + container("gpustack-driver-modes")]  # this run's container
 
 LIB = "usr/local/Ascend/driver/lib64/driver/libdcmi.so"
 ON = {2, 5}  # converge turned these on, and card 0 (on since prepare) off; card 7 was only predicted
@@ -55,7 +55,8 @@ def test_only_the_share_flags_changed(host):
 
 
 def test_the_package_reads_the_modes_back(host):
-    out = host.check_output(f"{VENV}/bin/gpustack-operator dm mode ascend container-share")  # default root /host
+    # the CLI's root defaults to / (the node view it runs in), never to /host: name the node's root
+    out = host.check_output(f"{VENV}/bin/gpustack-operator dm mode ascend container-share --host-root /host")
     modes = yaml.safe_load(out)["modes"]
     assert len(modes) == 8
     assert all(m["declared"] for m in modes)

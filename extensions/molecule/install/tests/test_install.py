@@ -9,11 +9,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from controller import BUILD, VENV, cli, detect, sha256
+from controller import BUILD, VENV, cli, container, detect, sha256
 
 # testinfra's own podman backend (through molecule's inventory it would fall back to one ad-hoc
 # `ansible` run per command for the podman connection)
-testinfra_hosts = ["podman://gpustack-install"]
+testinfra_hosts = ["podman://" + container("gpustack-install")]  # this run's container
 
 
 def wheel() -> Path:

@@ -25,6 +25,7 @@ from controller import (
     VENV,
     accelerator_ids,
     cli,
+    container,
     controller_listing,
     detect,
     fixture_cli,
@@ -37,7 +38,7 @@ from controller import (
 # The fleet lives in one container (its other inventory hosts reach the same one). Addressed with
 # testinfra's own podman backend: through molecule's inventory testinfra would fall back to one ad-hoc
 # `ansible` run per command for the podman connection (seconds each).
-testinfra_hosts = ["podman://gpustack-preflight"]
+testinfra_hosts = ["podman://" + container("gpustack-preflight")]  # this run's container
 
 NVML = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 # host -> (root in the container, fixture, its vendor CLI, files left out of the copy)
@@ -98,11 +99,11 @@ def test_the_package_runs_from_its_venv_under_python_3_12(host):
 
 
 def test_detection_in_the_container_is_the_controllers(host):
-    """The default host root (/host, mounted) is taken, and what is detected there is what the
-    controller detects on the same fixture."""
-    inside = json.loads(host.check_output(f"{VENV}/bin/gpustack-operator dm detect -o json"))
+    """Detecting the node mounted at /host (the CLI's view defaults to /, the container itself, so it
+    is named) finds what the controller detects on the same fixture."""
+    inside = json.loads(host.check_output(f"{VENV}/bin/gpustack-operator dm detect -o json --detect-root /host"))
     outside = detect("h100-sxm-8x")
-    assert inside["node"]["hostRoot"] == "/host"
+    assert inside["node"]["root"] == "/host"
     assert inside["groups"] == outside["groups"]
     assert inside["node"]["labels"] == outside["node"]["labels"]
 

@@ -21,13 +21,13 @@ from gpustack_operator.preload import LIB_DIR, wanted_subtrees
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller import BUILD, VENV, controller_listing, detect, listing, sha256
+from controller import BUILD, VENV, container, controller_listing, detect, listing, sha256
 from source_tree import subtree_of
 
 # Both nodes live in one container (the Atlas node's inventory host reaches the same one). Addressed
 # with testinfra's own podman backend (through molecule's inventory testinfra would fall back to one
 # ad-hoc `ansible` run per command for the podman connection).
-testinfra_hosts = ["podman://gpustack-preload-libraries"]
+testinfra_hosts = ["podman://" + container("gpustack-preload-libraries")]  # this run's container
 
 SCENARIO = Path(__file__).resolve().parents[1]
 # host -> {root, fixture, manufacturer, untouched}: the table prepare.yml used
