@@ -3,7 +3,8 @@ this checkout (tests/tools/collection_tree.py, what ``make collection`` runs), i
 ``ansible-galaxy collection install -p``, and ansible-test run in
 ``<dir>/ansible_collections/gpustack/accelerators`` -- the standard layout the tarball itself carries
 (``tests/sanity/ignore-<X.Y>.txt``, ``tests/unit/plugins/...``), exactly what a user or a CI of theirs
-would run."""
+would run. Each runs twice: with this venv's ansible-core (the newest) and with the lowest one
+``meta/runtime.yml`` claims (a venv of its own under tests/.build/), the bounds of the support matrix."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import pytest
 from tests.conftest import BIN
 from tests.tools.collection_tree import (
     built_once,
+    claimed_minimum,
+    core_venv,
     core_version,
     install,
     install_get_pip_standin,
@@ -30,36 +33,52 @@ pytestmark = pytest.mark.ansible
 # git checkout (where this copy is ignored) and skip every target. Kept between runs so ansible-test's
 # delegation venv (tests/output/.tmp) is reused.
 WORK = Path(tempfile.gettempdir()) / "gpustack-accelerators-ansible-test"
+LOWEST = "{}.{}".format(*claimed_minimum())
 
 
-def installed() -> Path:
-    """The tarball installed under WORK (replacing the last one), keeping ansible-test's tests/output."""
-    tree = WORK / "ansible_collections" / "gpustack" / "accelerators"
-    kept = WORK / "output-kept"
+@pytest.fixture(params=["newest", "lowest"])
+def core(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    """(X.Y, the bin directory of its ansible-test)."""
+    if request.param == "newest" or core_version() == LOWEST:
+        return core_version(), BIN
+    return LOWEST, core_venv(LOWEST)
+
+
+def installed(version: str) -> Path:
+    """The tarball installed under WORK/<version> (replacing the last one), keeping tests/output."""
+    work = WORK / version
+    tree = work / "ansible_collections" / "gpustack" / "accelerators"
+    kept = work / "output-kept"
     if (tree / "tests" / "output").is_dir():
         shutil.rmtree(kept, ignore_errors=True)
         shutil.move(tree / "tests" / "output", kept)
-    tree = install(built_once(), WORK)
+    tree = install(built_once(), work)
     if kept.is_dir():
         shutil.move(kept, tree / "tests" / "output")
     return tree
 
 
-def ansible_test(*args: str, env: dict[str, str]) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    install_get_pip_standin()
-    tree = installed()
+def ansible_test(
+    core: tuple[str, Path], *args: str, env: dict[str, str]
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    version, bin_dir = core
+    install_get_pip_standin(bin_dir)
+    tree = installed(version)
     if args[0] == "units":
         point_units_at_source(tree)
     # nothing of this checkout's Ansible configuration: the installed tree is all ansible-test sees
     env = {k: v for k, v in env.items() if k != "ANSIBLE_CONFIG"}
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
     proc = subprocess.run(
-        [str(BIN / "ansible-test"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=1800
+        [str(bin_dir / "ansible-test"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=1800
     )
+    banner = subprocess.run([str(bin_dir / "ansible"), "--version"], capture_output=True, text=True, check=True)
+    assert f"[core {version}." in banner.stdout, banner.stdout
     return tree, proc
 
 
-def test_sanity_is_clean(ansible_env: dict[str, str]) -> None:
-    tree, proc = ansible_test("sanity", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
+def test_sanity_is_clean(ansible_env: dict[str, str], core: tuple[str, Path]) -> None:
+    tree, proc = ansible_test(core, "sanity", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
     output = proc.stdout + proc.stderr
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
     assert proc.returncode == 0, "\n".join(errors) or output[-4000:]
@@ -76,7 +95,7 @@ def test_sanity_is_clean(ansible_env: dict[str, str]) -> None:
     } <= ran, output[-4000:]
     assert "All targets skipped" not in output
     # the ignore file it read is the one the tarball ships for this ansible-core version
-    assert (tree / "tests" / "sanity" / f"ignore-{core_version()}.txt").is_file()
+    assert (tree / "tests" / "sanity" / f"ignore-{core[0]}.txt").is_file()
     assert (tree / "MANIFEST.json").is_file(), "not an installed collection"
 
 
@@ -84,12 +103,12 @@ def test_sanity_is_clean(ansible_env: dict[str, str]) -> None:
 SUMMARY = re.compile(r"^=+ (?P<counts>\d+ \w+(?:, \d+ \w+)*) in [\d.]+s")
 
 
-def test_units_are_clean(ansible_env: dict[str, str]) -> None:
+def test_units_are_clean(ansible_env: dict[str, str], core: tuple[str, Path]) -> None:
     """The collection's own unit tests (tests/unit/ of the tarball, from tests/ansible_units/), run by
     ansible-test in its venv: modules and module_utils isolated from the controller code, action and
     plugin_utils as controller tests. They run the package and read the fixture nodes of this checkout
     (neither ships), found through tests/unit/source_repo.txt written into the installed tree."""
-    _, proc = ansible_test("units", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
+    _, proc = ansible_test(core, "units", "--venv", "--python", "3.12", "--color", "no", env=ansible_env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     contexts = set(re.findall(r"^Unit test (\w+) with Python 3\.12$", output, re.MULTILINE))

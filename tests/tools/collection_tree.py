@@ -235,12 +235,30 @@ def point_units_at_source(tree: Path) -> None:
     (tree / "tests" / "unit" / "source_repo.txt").write_text(f"{REPO}\n", encoding="utf-8")
 
 
-def install_get_pip_standin() -> None:
-    """ansible-test downloads a get-pip script that is unreachable here; give it the stand-in under
-    every name it may ask for (the pip version is ansible-test's own pin)."""
-    import ansible_test
+def core_venv(version: str) -> Path:
+    """The ``bin`` of a venv holding ansible-core ``version`` (X.Y, its newest patch release) beside
+    this one's packages, made once under tests/.build/ (pip, from the configured index)."""
+    venv = REPO / "tests" / ".build" / f"ansible-core-{version}"
+    stamp = venv / ".installed"
+    if not stamp.is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        proc = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"ansible-core=={version}.*", "pyyaml"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"pip install ansible-core=={version}.* failed:\n{proc.stdout}{proc.stderr}")
+        stamp.touch()
+    return venv / "bin"
 
-    source = Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
+
+def install_get_pip_standin(bin_dir: Path = BIN) -> None:
+    """ansible-test downloads a get-pip script that is unreachable here; give it the stand-in under
+    every name it may ask for (the pip version is the pin of the ansible-test in ``bin_dir``'s venv)."""
+    (source,) = bin_dir.parent.glob("lib/python3*/site-packages/ansible_test/_internal/python_requirements.py")
     versions = set(re.findall(r"pip='([0-9.]+)'", source.read_text()))
     cache = Path.home() / ".ansible" / "test" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
