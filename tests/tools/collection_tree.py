@@ -49,8 +49,8 @@ GET_PIP_STANDIN = Path(__file__).with_name("get_pip_standin.py")
 BIN = Path(sys.executable).parent
 
 
-def galaxy() -> dict[str, Any]:
-    info: dict[str, Any] = yaml.safe_load((REPO / "galaxy.yml").read_text(encoding="utf-8"))
+def galaxy(source: Path = REPO) -> dict[str, Any]:
+    info: dict[str, Any] = yaml.safe_load((source / "galaxy.yml").read_text(encoding="utf-8"))
     return info
 
 
@@ -74,11 +74,11 @@ def ignored(rel: str, patterns: list[str]) -> bool:
     return rel.rsplit("/", maxsplit=1)[-1] in {"__pycache__", ".git"} or any(fnmatch.fnmatch(rel, p) for p in patterns)
 
 
-def copy_content(dest: Path) -> None:
+def copy_content(dest: Path, source: Path = REPO) -> None:
     """The repository's collection content (what build_ignore leaves in) into ``dest``; the repository's
     own ``tests/unit`` and the collection README source stay behind (the staging replaces them), and so
     does a directory left with nothing in it (``extensions/`` without its ``molecule/``)."""
-    patterns = [str(p) for p in galaxy().get("build_ignore", [])]
+    patterns = [str(p) for p in galaxy(source).get("build_ignore", [])]
     replaced = {"tests/unit", str(COLLECTION_README)}
 
     def walk(src: Path, rel: str) -> None:
@@ -95,7 +95,7 @@ def copy_content(dest: Path) -> None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(entry, target)
 
-    walk(REPO, "")
+    walk(source, "")
 
 
 def build_wheel(out: Path) -> Path:
@@ -121,15 +121,16 @@ def wheel_version(wheel: Path) -> str:
     return wheel.name.split("-")[1]
 
 
-def stage(base: Path, wheel: Path | None) -> Path:
-    """The staging copy under ``base/ansible_collections/gpustack/accelerators`` (made afresh);
-    ``wheel`` None stages no wheel (for the changelog, which needs only the plugins)."""
+def stage(base: Path, wheel: Path | None, source: Path = REPO) -> Path:
+    """The staging copy of ``source`` (this checkout, or an export of a commit) under
+    ``base/ansible_collections/gpustack/accelerators`` (made afresh); ``wheel`` None stages no wheel
+    (for the changelog, which needs only the plugins)."""
     tree = base / "ansible_collections" / "gpustack" / "accelerators"
     if tree.exists():
         shutil.rmtree(tree)
     tree.mkdir(parents=True)
-    copy_content(tree)
-    shutil.copy2(REPO / COLLECTION_README, tree / "README.md")
+    copy_content(tree, source)
+    shutil.copy2(source / COLLECTION_README, tree / "README.md")
     ignores = sorted(p.name for p in (tree / "tests" / "sanity").glob("ignore-*.txt"))
     low = claimed_minimum()
     current = tuple(int(x) for x in core_version().split("."))
@@ -139,7 +140,8 @@ def stage(base: Path, wheel: Path | None) -> Path:
         raise SystemExit(
             f"tests/sanity lacks {', '.join(missing)} for the ansible-core versions meta/runtime.yml claims"
         )
-    shutil.copytree(UNITS, tree / "tests" / "unit", ignore=shutil.ignore_patterns("__pycache__", "source_repo.txt"))
+    units = source / UNITS.relative_to(REPO)
+    shutil.copytree(units, tree / "tests" / "unit", ignore=shutil.ignore_patterns("__pycache__", "source_repo.txt"))
     if wheel is not None:
         version = galaxy()["version"]
         if wheel_version(wheel) != version:
@@ -267,12 +269,17 @@ def install_get_pip_standin(bin_dir: Path = BIN) -> None:
 
 
 def release_changelog(version: str) -> None:
-    """``antsibull-changelog release`` for ``version``. It runs in a staging copy: antsibull-changelog
-    copies the collection to list its plugins with ansible-doc, and the repository's fixture nodes hold
-    symlinks that deliberately point nowhere. The release's changelog.yaml and CHANGELOG.rst come back;
-    the fragments it consumed are removed here."""
+    """``antsibull-changelog release`` for ``version``, over what is committed (HEAD). It runs in a
+    staging copy of an export of HEAD: antsibull-changelog copies the collection to list its plugins
+    with ansible-doc, and the repository's fixture nodes hold symlinks that deliberately point nowhere.
+    The release's changelog.yaml and CHANGELOG.rst come back; the fragments it consumed are removed
+    here (commit them together)."""
     with tempfile.TemporaryDirectory(prefix="gpustack-changelog-") as scratch:
-        tree = stage(Path(scratch), None)
+        export = Path(scratch) / "head"
+        export.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(export)], input=archive.stdout, check=True)
+        tree = stage(Path(scratch) / "stage", None, export)
         proc = subprocess.run(
             [str(BIN / "antsibull-changelog"), "release", "-v", "--version", version],
             cwd=tree,
