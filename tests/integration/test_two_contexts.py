@@ -355,3 +355,9 @@ def test_library_is_never_loaded_from_outside_the_view(tmp_path: Path) -> None:
     (libdir / "libnvidia-ml.so.1").symlink_to("/opt-lib.so")
     found = find_library(HostRoot(view), NVML_LIBRARY, {})
     assert found == str(view.resolve() / "opt-lib.so")
+
+
+def test_mode_on_a_node_without_that_manufacturer_is_no_silent_no_op() -> None:
+    proc = run_cli("dm", "mode", "nvidia", "mig", "--detect-root", str(host("cpu-only-vm")))
+    assert proc.returncode == 1
+    assert "no nvidia accelerator was detected" in proc.stderr and "Traceback" not in proc.stderr

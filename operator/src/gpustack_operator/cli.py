@@ -9,15 +9,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-import yaml
-
 from gpustack_operator import __version__, api
 from gpustack_operator.api import CONTAINER_HOST_ROOT
 from gpustack_operator.discovery.detect import detect_document
 from gpustack_operator.host import HostRootError
 from gpustack_operator.manufacturers import NAMES, UnknownManufacturerError
 from gpustack_operator.manufacturers.base import ModeError
-from gpustack_operator.manufacturers.modes import ModeUsageError
 from gpustack_operator.settings import SettingsError
 
 NO_FAST_FAILED_HELP = (
@@ -282,8 +279,44 @@ def _probe_image_arg(value: str) -> str:
     return value
 
 
+# Keys longer than this go to the pure-Python emitter: near 128 characters it and libyaml's differ on
+# when a key is written in the explicit "? key" form.
+C_EMITTER_KEY_MAX = 100
+
+
+def c_emits_alike(doc: object) -> bool:
+    """True when libyaml's emitter writes ``doc`` byte for byte as PyYAML's pure-Python one does (at a
+    quarter of the time): a dict or a list whose strings are all printable ASCII on one line, whose keys
+    are non-empty strings of at most :data:`C_EMITTER_KEY_MAX` characters, and whose other values are
+    None, bools, numbers, lists and dicts -- every detect document of the fixture nodes. The two differ
+    elsewhere (a non-ASCII character escaped by one and not the other, a long double-quoted string
+    folded differently, an empty key, the end marker after a lone scalar), which keeps the Python one."""
+    if not isinstance(doc, dict | list):
+        return False
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if not (node.isascii() and node.isprintable()):
+                return False
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if not isinstance(key, str) or not 0 < len(key) <= C_EMITTER_KEY_MAX:
+                    return False
+                stack.append(key)
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif node is not None and not isinstance(node, int | float):
+            return False
+    return True
+
+
 def _dump_yaml(doc: object) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    import yaml  # noqa: PLC0415 -- ~12 ms, paid only by the commands that print YAML
+
+    fast = getattr(yaml, "CSafeDumper", None) if c_emits_alike(doc) else None
+    return yaml.dump(doc, Dumper=fast or yaml.SafeDumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def _emit(doc: object, output: str) -> None:
@@ -291,6 +324,8 @@ def _emit(doc: object, output: str) -> None:
 
 
 def _mode(req: api.Request, args: argparse.Namespace) -> int:
+    from gpustack_operator.manufacturers.modes import ModeUsageError  # noqa: PLC0415 -- only mode needs it
+
     manufacturer = req.manufacturers[0]
     try:
         if args.enable or args.disable:
@@ -304,9 +339,19 @@ def _mode(req: api.Request, args: argparse.Namespace) -> int:
                 force=args.force,
             )
             _emit({"changes": [c.model_dump(exclude_none=True) for c in changes]}, "yaml")
+            answered = bool(changes)
         else:
             states = api.read_modes(req, manufacturer, args.mode)
             _emit({"modes": [s.model_dump(exclude_none=True) for s in states]}, "yaml")
+            answered = bool(states)
+        if not answered:  # never a silent no-op: the node has no accelerator of this manufacturer
+            print(
+                f"gpustack-operator: error: no {manufacturer} accelerator was detected in {req.root}, so its "
+                f"{args.mode} mode was neither read nor set (check with: gpustack-operator dm preflight "
+                f"--manufacturer {manufacturer})",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
     except ModeUsageError as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
