@@ -10,13 +10,23 @@ short_description: Aggregate per-host preflight results into one fleet report
 version_added: "0.1.0"
 description:
   - Runs on the controller. Takes what the C(preflight) module registered on every host (or nothing,
-    for a host the play never reached) and writes, under O(dest), C(preflight-<timestamp>.yaml)
-    (every host's document), C(.html) (a hosts x manufacturers matrix coloured by state, each cell
-    opening its rows, filters by state, no JavaScript) and C(.junit.xml) (one testcase per host x
-    manufacturer, C(unavailable) = failure, unreachable hosts = errors) for CI systems.
-  - Unreachable hosts are listed, never dropped.
-requirements:
-  - the C(gpustack-operator) Python package on the controller
+    for a host the play never reached), optionally each host's expected inventory, and writes under
+    O(dest) C(preflight-<timestamp>.yaml), C(.html) and C(.junit.xml).
+  - The YAML carries the summary, the causes (the same reason grouped across hosts, once host names,
+    paths, PCI addresses, UUIDs and counts are taken out), the fleet totals by model (with driver and
+    runtime versions), and per host, worst first, its status, one-line reason, inventory, expected
+    inventory and differences, and the whole preflight document it registered.
+  - The HTML is one self-contained page without JavaScript, worst first - failed, unreachable,
+    unavailable, mismatch, then ok - one row per host (models x count, driver and runtime version,
+    expected inventory, RDMA links, topology policy, and the one-line reason of a host that is not ok,
+    its answers in full behind it); the causes grouped across hosts; the fleet by model; filters by
+    status, manufacturer, cause and model (radio buttons and CSS, combinable).
+  - The JUnit file has one testcase per host (V(unavailable) or V(mismatch) = failure, unreachable or
+    failed = error), so a CI dashboard counts nodes and keeps each node's history.
+  - Unreachable hosts are listed, never dropped. A host is V(mismatch) when its preflight is ok but it
+    differs from its O(expect) entry (or that entry cannot be read).
+  - Needs only the Python standard library on the controller (PyYAML when present, else the YAML file
+    is written as JSON, which is YAML); not the C(gpustack-operator) package.
 options:
   hosts:
     description: The inventory hosts the report covers, in the order of O(results).
@@ -30,8 +40,17 @@ options:
     type: list
     elements: raw
     required: true
+  expect:
+    description:
+      - Expected inventories by host (a host not named has none) - the C(preflight) role passes each
+        host's C(preflight_expect) inventory variable (host or group).
+      - "Each is a mapping of manufacturer to accelerator count (V({nvidia: 8})), or to C(count) and
+        C(model), a text the detected model name must contain (V({nvidia: {count: 8, model: H100}}))."
+      - V(0) asserts none. Manufacturers not named are not compared. An expectation that cannot be read
+        makes its host V(mismatch), saying why.
+    type: dict
   dest:
-    description: Directory the two files are written to (created when missing).
+    description: Directory the three files are written to (created when missing).
     type: path
     required: true
 attributes:
@@ -52,6 +71,7 @@ author:
 EXAMPLES = r"""
 - name: Preflight every host, keeping going on failures
   gpustack.accelerators.preflight:
+    fail_on: never
   register: preflight_result
   ignore_errors: true
   ignore_unreachable: true
@@ -59,8 +79,11 @@ EXAMPLES = r"""
 - name: Write the fleet report on the controller
   gpustack.accelerators.fleet_report:
     dest: "{{ playbook_dir }}/../reports"
-    hosts: "{{ groups['all'] }}"
-    results: "{{ groups['all'] | map('extract', hostvars) | map(attribute='preflight_result', default=none) | list }}"
+    hosts: "{{ ansible_play_hosts_all }}"
+    results: "{{ ansible_play_hosts_all | map('extract', hostvars) | map(attribute='preflight_result', default=none) | list }}"
+    expect:
+      gpu-node-01: {nvidia: 8}
+      gpu-node-02: {nvidia: {count: 8, model: H100}}
   delegate_to: localhost
   run_once: true
 """
@@ -78,16 +101,48 @@ summary:
   description: Host counts by status.
   returned: success
   type: dict
-  sample: {hosts: 6, ok: 5, unavailable: 1, unreachable: 0, failed: 0}
+  sample: {hosts: 6, ok: 4, unavailable: 1, unreachable: 0, failed: 0, mismatch: 1}
 summary_line:
-  description: The summary in one line.
+  description: The summary in one line (failed and mismatched only when there are some).
   returned: success
   type: str
-  sample: "fleet preflight: 6 hosts, 5 ok, 1 unavailable, 0 unreachable"
+  sample: "fleet preflight: 6 hosts, 4 ok, 1 unavailable, 0 unreachable, 1 mismatched"
+console:
+  description: "One line per host that is not ok, worst first - C(<host>: <status> - <reason>)."
+  returned: success
+  type: list
+  elements: str
+  sample:
+    - "nodriver-01: unavailable — NVIDIA: driver not loaded — the PCI bus shows 2 accelerator(s) of this manufacturer where its driver named 0 (...)"
+failing:
+  description: The same lines by host, for the hosts that are not ok (the role fails each of them with its line).
+  returned: success
+  type: dict
+  sample: {nodriver-01: "nodriver-01: unavailable — NVIDIA: driver not loaded — ..."}
+causes:
+  description: The causes grouped across hosts, worst first, most hosts first.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    title:
+      description: The cause in a few words, with the manufacturers it is about.
+      type: str
+      sample: "NVIDIA: driver not loaded"
+    text:
+      description: The reason, what is particular to one host taken out.
+      type: str
+    status:
+      description: The host status it makes (C(failed), C(unreachable), C(unavailable) or C(mismatch)).
+      type: str
+    hosts:
+      description: The hosts it applies to.
+      type: list
+      elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpustack.accelerators.plugins.module_utils.gpustack import require_gpustack
+from ansible_collections.gpustack.accelerators.plugins.module_utils import fleet_report as fleet
 
 
 def main():
@@ -95,16 +150,18 @@ def main():
         argument_spec=dict(
             hosts=dict(type="list", elements="str", required=True),
             results=dict(type="list", elements="raw", required=True),
+            expect=dict(type="dict"),
             dest=dict(type="path", required=True),
         ),
         supports_check_mode=False,
     )
-    require_gpustack(module)
-    from gpustack_operator.report import fleet
-
     hosts, results = module.params["hosts"], module.params["results"]
+    expect = module.params["expect"] or {}
     if len(hosts) != len(results):
         module.fail_json(msg="hosts and results must align: %d hosts, %d results" % (len(hosts), len(results)))
+    strangers = sorted(set(expect) - set(hosts))
+    if strangers:
+        module.fail_json(msg="expect names hosts the report does not cover: %s" % ", ".join(strangers))
     pairs = []
     for host, result in zip(hosts, results):
         if result is not None and not isinstance(result, dict):
@@ -113,18 +170,25 @@ def main():
             )
         pairs.append((host, result))
     try:
-        report = fleet.build(pairs)
-    except ValueError as exc:
+        report = fleet.build(pairs, expect=expect)
+    except fleet.MalformedReportError as exc:
         module.fail_json(msg="a registered result carries no valid preflight report: %s" % exc)
     try:
         paths = fleet.write(report, module.params["dest"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg="the fleet report could not be written to %s: %s" % (module.params["dest"], exc))
+    console = fleet.console_lines(report)
     module.exit_json(
         changed=True,
         paths=paths,
-        summary=report.summary.model_dump(),
-        summary_line=report.summary.line(),
+        summary=report["summary"],
+        summary_line=fleet.summary_line(report["summary"]),
+        console=console,
+        failing=dict(zip([e["host"] for e in report["hosts"] if e["status"] != "ok"], console)),
+        causes=[
+            {"title": c["title"], "text": c["text"], "status": c["status"], "hosts": c["hosts"]}
+            for c in report["causes"]
+        ],
     )
 
 

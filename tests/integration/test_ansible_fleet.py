@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -51,6 +52,41 @@ def fleet_with_unreachable(tmp_path: Path) -> Path:
     return extra
 
 
+def assert_fleet_view(doc: dict[str, Any]) -> None:
+    """What the fleet report adds to the documents: inventories with versions, expectations and their
+    differences, causes grouped across hosts, totals by model."""
+    hosts = doc["hosts"]
+    # what each host has, with its versions; the expected inventory (host or group) and its differences
+    assert hosts["hgx-h100-01"]["inventory"] == [
+        {
+            "manufacturer": "nvidia",
+            "driverVersion": "550.54.15",
+            "runtimeVersion": "12.4",
+            "model": "NVIDIA H100 80GB HBM3",
+            "count": 8,
+        }
+    ]
+    assert hosts["hgx-h100-01"]["expected"] == {"nvidia": {"count": 8, "model": "H100"}}
+    assert "differences" not in hosts["hgx-h100-01"]
+    assert hosts["atlas-910b-01"]["expected"] == {"ascend": {"count": 8}} and hosts["atlas-910b-01"]["status"] == "ok"
+    assert hosts["rtx4090-01"]["differences"] == ["NVIDIA: expected 2, found 1 (1 missing)"]
+    assert hosts["nodriver-01"]["differences"] == ["NVIDIA: expected 2, found 0 (2 missing); its answer is unavailable"]
+    causes = {c["title"]: c for c in doc["causes"]}
+    assert causes["NVIDIA: driver not loaded"]["hosts"] == ["nodriver-01"]
+    assert causes["all 9 manufacturers: could not measure"]["hosts"] == ["broken-sysfs-01"]
+    assert causes["fewer accelerators than expected"]["hosts"] == ["rtx4090-01"]
+    models = {m["model"]: m for m in doc["models"]}
+    assert models["NVIDIA H100 80GB HBM3"]["accelerators"] == 8
+    assert models["MLU370-X8"] == {
+        "model": "MLU370-X8",
+        "manufacturer": "cambricon",
+        "hosts": 2,
+        "accelerators": 10,
+        "driverVersions": {"5.10": 2},
+        "runtimeVersions": {"1.15.0": 2},
+    }
+
+
 def test_fleet_playbook_writes_the_report(
     ansible_env: dict[str, str], tmp_path: Path, fleet_with_unreachable: Path
 ) -> None:
@@ -67,25 +103,38 @@ def test_fleet_playbook_writes_the_report(
         f"preflight_report_dir={reports}",
     )
     out = proc.stdout + proc.stderr
-    # one host cannot be read, one carries GPUs whose driver is not loaded, one cannot be reached:
-    # the run fails, after writing the report
+    # one host cannot be read, one carries GPUs whose driver is not loaded, one has fewer GPUs than its
+    # preflight_expect, one cannot be reached: the run fails, after writing the report
     assert proc.returncode != 0, out
-    assert "fleet preflight: 20 hosts, 17 ok, 2 unavailable, 1 unreachable" in out
-    # the verdict lands on the hosts it is about: the recap fails exactly the two that are not ok
+    assert "fleet preflight: 20 hosts, 16 ok, 2 unavailable, 1 unreachable, 1 mismatched" in out
+    # the verdict lands on the hosts it is about: the recap fails exactly the ones that are not ok
     recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.MULTILINE))
     assert len(recap) == 20, out[-3000:]
     assert {host for host, failed in recap.items() if failed != "0"} == {
         "broken-sysfs-01",
         "nodriver-01",
+        "rtx4090-01",
         "gone-01",
     }, out[-3000:]
+    # the console: one line per failing host with its reason, never a preflight result as JSON
+    assert '"failures": [' not in out and '"report": {' not in out, out[-3000:]
+    assert "nodriver-01: unavailable — NVIDIA: driver not loaded — the PCI bus shows 2 accelerator(s)" in out
+    assert "broken-sysfs-01: unavailable — all 9 manufacturers: could not measure — " in out
+    assert "rtx4090-01: mismatch — fewer accelerators than expected — NVIDIA: expected 2, found 1 (1 missing)" in out
+    assert re.search(r"fatal: \[rtx4090-01\]: FAILED! => .*rtx4090-01: mismatch", out), out[-3000:]
     (yaml_path,) = reports.glob("preflight-*.yaml")
     (html_path,) = reports.glob("preflight-*.html")
     doc = yaml.safe_load(yaml_path.read_text())
-    assert doc["summary"] == {"hosts": 20, "ok": 17, "unavailable": 2, "unreachable": 1, "failed": 0}
+    # the summary gained "mismatch" (hosts whose preflight is ok but that differ from preflight_expect)
+    assert doc["summary"] == {"hosts": 20, "ok": 16, "unavailable": 2, "unreachable": 1, "failed": 0, "mismatch": 1}
     hosts = doc["hosts"]
+    # worst first: unreachable, unavailable, mismatch, then ok
+    statuses = [entry["status"] for entry in hosts.values()]
+    assert statuses == ["unreachable", "unavailable", "unavailable", "mismatch"] + ["ok"] * 16
+    assert set(list(hosts)[1:3]) == {"broken-sysfs-01", "nodriver-01"} and list(hosts)[3] == "rtx4090-01"
     assert hosts["gone-01"]["status"] == "unreachable"
     assert hosts["broken-sysfs-01"]["status"] == "unavailable"
+    assert_fleet_view(doc)
 
     def detection(host: str, manufacturer: str) -> dict[str, object]:
         groups = {g["manufacturer"]: g for g in hosts[host]["report"]["accelerators"]}
@@ -112,11 +161,13 @@ def test_fleet_playbook_writes_the_report(
     # a half-installed node is never green: the bus shows two GPUs, the driver named none
     nodriver = detection("nodriver-01", "nvidia")
     assert nodriver["state"] == "unavailable" and "the PCI bus shows 2 accelerator(s)" in str(nodriver["reason"])
+    # JUnit: one testcase per host (it was one per host x manufacturer)
     junit = ET.parse(next(reports.glob("preflight-*.junit.xml"))).getroot()
+    assert junit.get("tests") == "20"
     assert junit.get("errors") == "1"  # the unreachable host
-    assert int(junit.get("failures", "0")) == 10  # every manufacturer of the unreadable host, and nodriver's NVIDIA
+    assert junit.get("failures") == "3"  # the unreadable host, nodriver and the RTX 4090 short of a card
     html = html_path.read_text()
-    assert 'data-host="hgx-h100-01"' in html and 'data-state="unavailable"' in html
+    assert 'data-host="hgx-h100-01"' in html and 'data-status="unavailable"' in html
     assert "<script" not in html
 
 
@@ -165,7 +216,7 @@ def test_check_mode(ansible_env: dict[str, str], tmp_path: Path) -> None:
     )
     # check mode changes nothing about the verdict: the node whose driver is not loaded still fails
     assert proc.returncode != 0, proc.stdout + proc.stderr
-    assert "fleet preflight: 5 hosts, 4 ok, 1 unavailable, 0 unreachable" in proc.stdout
+    assert "fleet preflight: 5 hosts, 3 ok, 1 unavailable, 0 unreachable, 1 mismatched" in proc.stdout
     assert list(tmp_path.glob("preflight-*.html"))
 
 

@@ -1,17 +1,18 @@
 """The fleet report's HTML page rendered by a real browser (Debian's headless Chromium).
 
-The report comes from a real run of ``playbooks/preflight.yml`` over the simulated fleet plus one
-host that refuses connections. Then Chromium
+The report comes from a real run of ``playbooks/preflight.yml`` over the simulated fleet (with its
+``preflight_expect`` entries) plus one host that refuses connections. Then Chromium
 
-- parses it (``--dump-dom``): the matrix has one row per host, each cell carries the state the YAML
-  report gives for that host and manufacturer, the unreachable host is listed, the filter links and
-  every in-page link point at an element that exists;
-- paints it (``--screenshot``): a valid PNG whose pixels include the page's ok-green and
-  unavailable-red (decoded here with zlib + struct, no image library);
-- applies the CSS-only filters: the ``#only-unavailable`` screenshot loses the green rows and the
-  orange unreachable row while keeping the red one, and, in a copy of the page with a probe script
-  appended (the report itself has no JavaScript), the computed ``display`` of every row under each
-  fragment, and after clicking each filter link, is exactly the set of hosts the filter names.
+- parses it (``--dump-dom``): one row per host, worst first, in the YAML report's order, each with
+  the status, the one-line reason of a host that is not ok and, for an ok host, its models x count
+  and versions; the causes grouped across hosts and the fleet by model are the YAML's; every filter
+  label names a radio button that exists; no script, and no "declared" / "not-declared" anywhere;
+- paints it (``--screenshot``): a valid PNG whose pixels include the status colours of the page
+  (decoded here with zlib + struct, no image library), worst first at the top of the first screen;
+- applies the CSS-only filters: a copy with the "not ok" radio checked loses the green rows on
+  screen while keeping the red, orange and yellow ones; and, in a copy with a probe script appended
+  (the report itself has no JavaScript), clicking each filter label (status, manufacturer, cause,
+  model, and a status x manufacturer combination) leaves exactly the rows the filter names displayed.
 
 Chromium runs inside a network namespace that has only loopback when this is root, so whatever it
 might try to reach, nothing leaves the machine; otherwise with its background networking disabled.
@@ -26,11 +27,13 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -38,16 +41,27 @@ import yaml
 from tests.conftest import BIN, REPO
 from tests.tools import netns_hosts as nh
 
+if str(REPO / "collections") not in sys.path:
+    sys.path.insert(0, str(REPO / "collections"))
+
+from ansible_collections.gpustack.accelerators.plugins.module_utils import fleet_report as fleet
+
 pytestmark = pytest.mark.ansible
 
 FLEET = REPO / "examples" / "simulated-fleet" / "inventory.yml"
 UNREACHABLE = "gone-01"
-# the state colours of operator/src/gpustack_operator/report/fleet.py (_CSS)
-OK_GREEN = (0xD4, 0xF4, 0xDD)
-UNAVAILABLE_RED = (0xF9, 0xD0, 0xD0)
-UNREACHABLE_ORANGE = (0xFF, 0xE3, 0xB3)
+
+
+def rgb(colour: str) -> tuple[int, int, int]:
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+# the status colours of the page (plugins/module_utils/fleet_report.py)
+OK_GREEN = rgb(fleet.COLOURS["ok"])
+UNAVAILABLE_RED = rgb(fleet.COLOURS["unavailable"])
+UNREACHABLE_ORANGE = rgb(fleet.COLOURS["unreachable"])
+MISMATCH_YELLOW = rgb(fleet.COLOURS["mismatch"])
 WINDOW = (1400, 900)
-FILTERS = ["#all", "#only-unavailable", "#only-ok", "#only-not-declared", "#only-unreachable"]
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -122,7 +136,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fleet preflight: 20 hosts, 18 ok, 1 unavailable, 1 unreachable" in proc.stdout
+    assert "fleet preflight: 20 hosts, 16 ok, 2 unavailable, 1 unreachable, 1 mismatched" in proc.stdout
     (html_path,) = reports.glob("preflight-*.html")
     (yaml_path,) = reports.glob("preflight-*.yaml")
     return {"html": html_path, "yaml": yaml_path, "work": work}
@@ -198,14 +212,14 @@ class Element:
     def __init__(self, tag: str, attrs: dict[str, str], parent: Element | None) -> None:
         self.tag, self.attrs, self.parent = tag, attrs, parent
         self.children: list[Element] = []
-        self.text_parts: list[str] = []
+        self.content: list[str | Element] = []  # text and children, in document order
 
     @property
     def classes(self) -> set[str]:
         return set(self.attrs.get("class", "").split())
 
     def text(self) -> str:
-        return "".join([*self.text_parts, *(c.text() for c in self.children)])
+        return "".join(part if isinstance(part, str) else part.text() for part in self.content)
 
     def iter(self) -> Iterator[Element]:
         yield self
@@ -233,6 +247,7 @@ class Tree(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         el = Element(tag, {k: v or "" for k, v in attrs}, self.cur)
         self.cur.children.append(el)
+        self.cur.content.append(el)
         if tag not in VOID:
             self.cur = el
 
@@ -244,7 +259,7 @@ class Tree(HTMLParser):
             self.cur = node.parent
 
     def handle_data(self, data: str) -> None:
-        self.cur.text_parts.append(data)
+        self.cur.content.append(data)
 
 
 def parse(dom: str) -> Element:
@@ -260,91 +275,94 @@ def dom(report: dict[str, Path], browser: list[str]) -> Element:
 
 
 @pytest.fixture(scope="module")
-def fleet_doc(report: dict[str, Path]) -> dict[str, object]:
+def fleet_doc(report: dict[str, Path]) -> dict[str, Any]:
     doc = yaml.safe_load(report["yaml"].read_text())
     assert isinstance(doc, dict)
     return doc
 
 
-def matrix_rows(dom: Element) -> list[Element]:
-    (table,) = dom.find_all("table", id="matrix")
+def host_rows(dom: Element) -> list[Element]:
+    (table,) = dom.find_all("table", id="hosts")
     (tbody,) = table.children_tagged("tbody")
     return tbody.children_tagged("tr")
 
 
-def test_matrix_has_one_row_per_host_with_its_status(dom: Element, fleet_doc: dict[str, object]) -> None:
+def row_of(dom: Element, host: str) -> Element:
+    (row,) = [r for r in host_rows(dom) if r.attrs["data-host"] == host]
+    return row
+
+
+def test_one_row_per_host_worst_first_with_its_status_and_reason(dom: Element, fleet_doc: dict[str, Any]) -> None:
     hosts = fleet_doc["hosts"]
-    assert isinstance(hosts, dict)
-    rows = matrix_rows(dom)
-    assert [r.attrs["data-host"] for r in rows] == sorted(hosts)
+    rows = host_rows(dom)
+    assert [r.attrs["data-host"] for r in rows] == list(hosts)  # the YAML's order: worst first
     assert len(rows) == 20
+    ranks = [fleet.RANK[r.attrs["data-status"]] for r in rows]
+    assert ranks == sorted(ranks) and rows[0].attrs["data-host"] == UNREACHABLE
     for row in rows:
-        status = hosts[row.attrs["data-host"]]["status"]
-        assert f"status-{status}" in row.classes
-        status_cell = row.children_tagged("td")[0]
-        assert status_cell.classes == {status} and status_cell.text().strip() == status
-
-
-def test_cells_carry_each_manufacturers_state(dom: Element, fleet_doc: dict[str, object]) -> None:
-    hosts = fleet_doc["hosts"]
-    assert isinstance(hosts, dict)
-    (table,) = dom.find_all("table", id="matrix")
-    header = [th.text().strip() for th in table.children_tagged("thead")[0].find_all("th")]
-    manufacturers = header[2:]
-    assert manufacturers == sorted(
-        ["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead"]
-    )
-    seen: Counter[str] = Counter()
-    for row in matrix_rows(dom):
         entry = hosts[row.attrs["data-host"]]
-        cells = [c for c in row.children_tagged("td") if "state" in c.classes]
-        assert [c.attrs["data-manufacturer"] for c in cells] == manufacturers
-        answers = {g["manufacturer"]: g["detection"] for g in (entry.get("report") or {}).get("accelerators", [])}
-        for cell in cells:
-            detection = answers.get(cell.attrs["data-manufacturer"])
-            if detection is None:  # nothing asked (the unreachable host): an empty, uncoloured cell
-                assert "none" in cell.classes and cell.text().strip() == "—"
-                seen["none"] += 1
-                continue
-            state = detection["state"]
-            assert cell.attrs["data-state"] == state and state in cell.classes
-            summary = cell.find_all("summary")[0].text()
-            assert summary.startswith(f"{state} · {detection['accelerators']}" if detection["accelerators"] else state)
-            seen[state] += 1
-    # 19 hosts answered (15 ok answers: 13 hosts with one manufacturer, one with two), 1 unreadable
-    # host (9 unavailable answers), 1 unreachable host (9 empty cells)
-    assert seen == {"ok": 15, "unavailable": 9, "none": 9, "not-declared": 19 * 9 - 15 - 9}
-
-    def cell(host: str, manufacturer: str) -> Element:
-        (row,) = [r for r in matrix_rows(dom) if r.attrs["data-host"] == host]
-        (found,) = [c for c in row.children_tagged("td") if c.attrs.get("data-manufacturer") == manufacturer]
-        return found
-
-    assert cell("hgx-h100-01", "nvidia").find_all("summary")[0].text().startswith("ok · 8")
-    assert cell("l40s-mellanox-01", "nvidia").find_all("summary")[0].text().startswith("ok · 4")
-    assert cell("mi300x-01", "amd").attrs["data-state"] == "ok"
-    assert cell("atlas-910b-01", "ascend").attrs["data-state"] == "ok"
-    assert cell("broken-sysfs-01", "nvidia").attrs["data-state"] == "unavailable"
-    assert cell("cpu-vm-01", "nvidia").attrs["data-state"] == "not-declared"
+        assert row.attrs["data-status"] == entry["status"] and f"s-{entry['status']}" in row.classes
+        status_cell = row.children_tagged("td")[0]
+        assert status_cell.classes == {"st", entry["status"]} and status_cell.text().strip() == entry["status"]
+        summaries = row.find_all("summary")
+        if entry["status"] == "ok":
+            assert not summaries and "bad" not in row.classes
+        else:  # the one-line reason inline, the answers in full behind it
+            assert [s.text() for s in summaries] == [entry["reason"]] and "bad" in row.classes
+    cells = [c.text() for c in row_of(dom, "hgx-h100-01").children_tagged("td")]
+    assert cells[1:4] == ["NVIDIA H100 80GB HBM3 ×8", "550.54.15 · CUDA 12.4", "8/8"]
+    assert row_of(dom, "mlu-metax-01").children_tagged("td")[1].text() == "MLU370-X8 ×2 · MXC500 ×2"
+    assert row_of(dom, "cpu-vm-01").children_tagged("td")[1].text() == "no accelerator"
+    assert row_of(dom, "rtx4090-01").children_tagged("td")[3].text() == "1/2"
+    nodriver = row_of(dom, "nodriver-01")
+    assert nodriver.children_tagged("td")[1].text() == "NVIDIA ?"
+    assert nodriver.find_all("summary")[0].text().startswith("NVIDIA: driver not loaded — the PCI bus shows 2")
+    assert "install and load the vendor driver" in nodriver.text()  # the whole answer, behind the line
+    assert "RDMA 9/10 ok: ib3 failed" in row_of(dom, "hgx-h100-01").text()
+    gone = row_of(dom, UNREACHABLE)
+    assert "Connection refused" in gone.text() and gone.children_tagged("td")[1].text() == "—"
 
 
-def test_unreachable_host_is_listed(dom: Element) -> None:
-    (row,) = [r for r in matrix_rows(dom) if r.attrs["data-host"] == UNREACHABLE]
-    assert "status-unreachable" in row.classes
-    (section,) = dom.find_all("section", id=f"h-{UNREACHABLE}")
-    assert "unreachable" in section.find_all("h2")[0].text()
-    assert "Connection refused" in section.text()
-    assert dom.find_all("span", id="sum-unreachable")[0].text().strip() == "unreachable: 1"
+def test_causes_models_and_summary_are_the_yamls(dom: Element, fleet_doc: dict[str, Any]) -> None:
+    (causes,) = dom.find_all("section", id="causes")
+    items = causes.find_all("li")
+    assert len(items) == len(fleet_doc["causes"]) == 4
+    for item, cause in zip(items, fleet_doc["causes"], strict=True):
+        (label,) = item.find_all("label")
+        count = f"{len(cause['hosts'])} host{'' if len(cause['hosts']) == 1 else 's'}"
+        assert label.text() == f"{count} {cause['title']}", label.text()
+        assert item.text().endswith("— " + ", ".join(cause["hosts"]))
+        assert cause["status"] in label.classes
+    assert [i.find_all("label")[0].text() for i in items] == [
+        "1 host connection refused",
+        "1 host NVIDIA: driver not loaded",
+        "1 host all 9 manufacturers: could not measure",
+        "1 host fewer accelerators than expected",
+    ]
+    (models,) = dom.find_all("section", id="models")
+    (tbody,) = models.find_all("tbody")
+    rows = [[c.text().strip() for c in r.children_tagged("td")] for r in tbody.children_tagged("tr")]
+    assert len(rows) == len(fleet_doc["models"]) == 13
+    for cells, model in zip(rows, fleet_doc["models"], strict=True):
+        assert cells[0].startswith(model["model"]) and cells[1:3] == [str(model["accelerators"]), str(model["hosts"])]
+    assert ["NVIDIA H100 80GB HBM3 NVIDIA", "8", "1", "550.54.15", "CUDA 12.4"] in rows
+    summary = fleet_doc["summary"]
+    for status in ("ok", "unavailable", "unreachable"):
+        assert dom.find_all("label", id=f"sum-{status}")[0].text().startswith(f"{summary[status]} ")
+    assert dom.find_all("label", id="sum-mismatch")[0].text() == "1 differ from expected"
+    assert dom.find_all("label", id="sum-bad")[0].text() == "4 not ok"
 
 
-def test_filter_links_and_every_in_page_link_resolve(dom: Element) -> None:
-    (nav,) = [e for e in dom.find_all("nav") if "filters" in e.classes]
-    assert [a.attrs["href"] for a in nav.find_all("a")] == FILTERS
-    ids = {e.attrs["id"] for e in dom.iter() if "id" in e.attrs}
-    links = [a.attrs["href"] for a in dom.find_all("a") if a.attrs.get("href", "").startswith("#")]
-    assert len(links) > len(FILTERS) + 20  # the filters, one link per host, one per cell with an answer
-    assert [h for h in links if h[1:] not in ids] == []
+def test_filters_are_labels_of_radios_and_the_page_has_no_script(dom: Element) -> None:
+    radios = {e.attrs["id"]: e for e in dom.find_all("input") if e.attrs.get("type") == "radio"}
+    assert {"fs-all", "fs-bad", "fs-ok", "fm-all", "fm-nvidia", "fm-none", "fc-all", "fc1", "fd1"} <= set(radios)
+    assert {r for r, e in radios.items() if "checked" in e.attrs} == {"fs-all", "fm-all", "fc-all"}
+    labels = dom.find_all("label")
+    assert len(labels) > 40
+    assert [lb.attrs.get("for") for lb in labels if lb.attrs.get("for") not in radios] == []
     assert not dom.find_all("script")  # plain HTML: the page works without JavaScript
+    (body,) = dom.find_all("body")
+    assert "declared" not in body.text()  # "not-declared" / depth "declared": nothing an operator acts on
 
 
 # --- the pixels ------------------------------------------------------------------------------------
@@ -413,48 +431,66 @@ def colours(png: Path) -> Counter[tuple[int, int, int]]:
     return Counter(zip(rgb[0::3], rgb[1::3], rgb[2::3], strict=True))
 
 
+def checked(page: Path, dest: Path, *radios: str) -> Path:
+    """A copy of the page with these radio buttons checked instead of their group's "all" -- what
+    clicking their labels does, without a script."""
+    text = page.read_text(encoding="utf-8")
+    for radio in radios:
+        group = "fc" if radio.startswith(("fc", "fd")) else radio[:2]
+        text = text.replace(f'id="{group}-all" hidden checked>', f'id="{group}-all" hidden>')
+        text = text.replace(f'id="{radio}" hidden>', f'id="{radio}" hidden checked>')
+    dest.write_text(text, encoding="utf-8")
+    return dest
+
+
 @pytest.fixture(scope="module")
 def shots(report: dict[str, Path], browser: list[str]) -> dict[str, Path]:
     out = report["work"] / "shots"
     out.mkdir(exist_ok=True)
-    uri = report["html"].as_uri()
+    not_ok = checked(report["html"], report["work"] / "not-ok.html", "fs-bad")
     return {
-        name: screenshot(browser, uri + fragment, out / f"{name}.png")
-        for name, fragment in (("plain", ""), ("all", "#all"), ("only-unavailable", "#only-unavailable"))
+        "plain": screenshot(browser, report["html"].as_uri(), out / "plain.png"),
+        "not-ok": screenshot(browser, not_ok.as_uri(), out / "not-ok.png"),
     }
 
 
-def test_screenshot_is_a_png_with_the_state_colours(shots: dict[str, Path]) -> None:
+def test_screenshot_is_a_png_with_the_status_colours_worst_first(shots: dict[str, Path]) -> None:
     png = shots["plain"]
     assert png.stat().st_size > 20_000
     counts = colours(png)
     assert len(counts) > 20  # text, borders, backgrounds: not a blank page
-    # whole cells of each colour, not a stray pixel: a matrix cell is ~120 x 60 px
-    assert counts[OK_GREEN] > 10 * 5000, counts.most_common(8)
-    assert counts[UNAVAILABLE_RED] > 9 * 5000, counts.most_common(8)
-    assert counts[UNREACHABLE_ORANGE] > 1000, counts.most_common(8)
+    # whole status cells of each colour on the first screen, not a stray pixel (a cell is ~115 x 25 px,
+    # a summary chip or a cause's chip half that): the four hosts that are not ok at the top, ok below
+    assert counts[OK_GREEN] > 8 * 2000, counts.most_common(8)
+    assert counts[UNAVAILABLE_RED] > 2 * 2000, counts.most_common(8)
+    assert counts[UNREACHABLE_ORANGE] > 2000, counts.most_common(8)
+    assert counts[MISMATCH_YELLOW] > 2000, counts.most_common(8)
 
 
-def test_only_unavailable_filter_hides_the_other_rows_on_screen(shots: dict[str, Path]) -> None:
-    everything, filtered = colours(shots["all"]), colours(shots["only-unavailable"])
-    # the ok rows (green status cells and ok answers) and the orange unreachable row disappear ...
-    assert everything[OK_GREEN] > 10 * 5000
-    assert filtered[OK_GREEN] < everything[OK_GREEN] / 20, (filtered[OK_GREEN], everything[OK_GREEN])
-    assert everything[UNREACHABLE_ORANGE] > 1000 and filtered[UNREACHABLE_ORANGE] == 0
-    # ... while the row with unavailable answers stays, all of it
-    assert filtered[UNAVAILABLE_RED] > 0.9 * everything[UNAVAILABLE_RED] > 9 * 5000
+def test_not_ok_filter_hides_the_ok_rows_on_screen(shots: dict[str, Path]) -> None:
+    everything, filtered = colours(shots["plain"]), colours(shots["not-ok"])
+    # the ok rows' green status cells disappear (the "16 ok" chip stays) ...
+    assert filtered[OK_GREEN] < everything[OK_GREEN] / 5, (filtered[OK_GREEN], everything[OK_GREEN])
+    # ... while the rows that are not ok stay, all of them
+    for colour in (UNAVAILABLE_RED, UNREACHABLE_ORANGE, MISMATCH_YELLOW):
+        assert filtered[colour] >= 0.95 * everything[colour] > 0, colour
 
 
 PROBE = """<script>
 addEventListener("load", () => {
-  const shown = () => [...document.querySelectorAll("#matrix tbody tr")]
+  const shown = () => [...document.querySelectorAll("#hosts tbody tr")]
     .filter((tr) => getComputedStyle(tr).display !== "none").map((tr) => tr.dataset.host);
-  const target = document.querySelector(":target");
-  const out = {target: target ? target.id : null, shown: shown(), clicks: {}};
-  for (const a of document.querySelectorAll("nav.filters a")) {
-    a.click();
-    out.clicks[a.getAttribute("href")] = shown();
+  const out = {initial: shown(), clicks: {}, combined: null};
+  // a filter's label where the page shows one (a status nobody has shows none), else its radio
+  const click = (id) => (document.querySelector(`label[for="${id}"]`) || document.getElementById(id)).click();
+  const radios = [...document.querySelectorAll("input[type=radio]")].map((r) => r.id);
+  for (const id of radios) {
+    click(id);
+    out.clicks[id] = shown();
+    for (const all of ["fs-all", "fm-all", "fc-all"]) click(all);
   }
+  click("fs-ok"); click("fm-nvidia");
+  out.combined = shown();
   const pre = document.createElement("pre");
   pre.id = "gpa-probe";
   pre.textContent = JSON.stringify(out);
@@ -463,46 +499,41 @@ addEventListener("load", () => {
 </script>"""
 
 
-def probe(browser: list[str], page: Path, fragment: str) -> dict[str, object]:
-    dom = parse(dump_dom(browser, page.as_uri() + fragment))
-    (pre,) = dom.find_all("pre", id="gpa-probe")
-    result = json.loads(pre.text())
-    assert isinstance(result, dict)
-    return result
-
-
-def test_css_filters_by_computed_style_and_by_clicking(
-    report: dict[str, Path], browser: list[str], fleet_doc: dict[str, object]
+def test_css_filters_by_computed_style_after_clicking(
+    report: dict[str, Path], browser: list[str], fleet_doc: dict[str, Any]
 ) -> None:
-    hosts = fleet_doc["hosts"]
-    assert isinstance(hosts, dict)
+    hosts: dict[str, Any] = fleet_doc["hosts"]
     page = report["work"] / "probed.html"
     page.write_text(report["html"].read_text().replace("</body>", PROBE + "</body>"))
+    dom = parse(dump_dom(browser, page.as_uri()))
+    (pre,) = dom.find_all("pre", id="gpa-probe")
+    result = json.loads(pre.text())
 
-    def rows_with(predicate: object) -> list[str]:
-        assert callable(predicate)
-        return sorted(h for h, e in hosts.items() if predicate(e))
+    def rows_with(predicate: Any) -> list[str]:
+        return [h for h, e in hosts.items() if predicate(e)]
 
-    def states(entry: dict[str, object]) -> set[str]:
-        report_doc = entry.get("report") or {}
-        assert isinstance(report_doc, dict)
-        return {g["detection"]["state"] for g in report_doc.get("accelerators", [])}
+    def manufacturers(entry: dict[str, Any]) -> set[str]:
+        has = {i["manufacturer"] for i in entry.get("inventory", [])} | set(entry.get("expected") or {})
+        answers = (entry.get("report") or {}).get("accelerators", [])
+        return has | {g["manufacturer"] for g in answers if g["detection"]["state"] == "unavailable"}
 
-    expected = {
-        "#all": sorted(hosts),
-        "#only-unavailable": rows_with(lambda e: "unavailable" in states(e)),
-        "#only-ok": rows_with(lambda e: e["status"] == "ok"),
-        "#only-not-declared": rows_with(lambda e: "not-declared" in states(e)),
-        "#only-unreachable": rows_with(lambda e: e["status"] in ("unreachable", "failed")),
-    }
-    assert expected["#only-unavailable"] == ["broken-sysfs-01"]
-    assert expected["#only-unreachable"] == [UNREACHABLE]
-    assert len(expected["#only-ok"]) == 18
-
-    for fragment in ["", *FILTERS]:
-        result = probe(browser, page, fragment)
-        # loaded with the fragment: :target matches it, and the rows shown are the filter's
-        assert result["target"] == (fragment[1:] or None)
-        assert result["shown"] == expected.get(fragment, sorted(hosts)), fragment
-        # clicking each filter link (same-document navigation) re-filters the rows
-        assert result["clicks"] == expected, fragment
+    everyone = list(hosts)
+    assert result["initial"] == everyone
+    clicks = result["clicks"]
+    assert clicks["fs-all"] == clicks["fm-all"] == clicks["fc-all"] == everyone
+    assert clicks["fs-bad"] == ["gone-01", *[h for h in everyone[1:4]]] and len(clicks["fs-bad"]) == 4
+    for status in fleet.STATUSES:
+        assert clicks[f"fs-{status}"] == rows_with(lambda e, s=status: e["status"] == s), status
+    assert clicks["fs-ok"] and clicks["fs-mismatch"] == ["rtx4090-01"] and clicks["fs-failed"] == []
+    for name in fleet.MANUFACTURERS:
+        assert clicks[f"fm-{name}"] == rows_with(lambda e, n=name: n in manufacturers(e)), name
+    assert clicks["fm-none"] == rows_with(lambda e: not manufacturers(e))
+    assert "cpu-vm-01" in clicks["fm-none"] and "broken-sysfs-01" in clicks["fm-thead"]
+    for index, cause in enumerate(fleet_doc["causes"], start=1):
+        assert clicks[f"fc{index}"] == cause["hosts"], cause["title"]
+    for index, model in enumerate(fleet_doc["models"], start=1):
+        holders = rows_with(lambda e, m=model: any(i["model"] == m["model"] for i in e.get("inventory", [])))
+        assert len(clicks[f"fd{index}"]) == model["hosts"] and clicks[f"fd{index}"] == holders, model["model"]
+    # two axes at once: ok hosts with NVIDIA accelerators
+    assert result["combined"] == rows_with(lambda e: e["status"] == "ok" and "nvidia" in manufacturers(e))
+    assert result["combined"] == ["a100-mig-01", "hgx-h100-01", "l40s-mellanox-01"]

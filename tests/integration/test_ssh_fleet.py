@@ -187,22 +187,23 @@ def test_unreachable_host_in_yaml_and_junit(fleet_run: dict[str, object]) -> Non
     assert isinstance(reports, Path)
     (yaml_path,) = reports.glob("preflight-*.yaml")
     doc = yaml.safe_load(yaml_path.read_text())
-    assert doc["summary"] == {"hosts": 3, "ok": 2, "unavailable": 0, "unreachable": 1, "failed": 0}
+    assert doc["summary"] == {"hosts": 3, "ok": 2, "unavailable": 0, "unreachable": 1, "failed": 0, "mismatch": 0}
     entry = doc["hosts"][UNREACHABLE]
     assert entry["status"] == "unreachable"
     assert "report" not in entry
     assert "Connection refused" in entry["message"], entry
     assert doc["hosts"]["node1"]["status"] == doc["hosts"]["node2"]["status"] == "ok"
 
+    # one testcase per host
     junit = ET.parse(next(reports.glob("preflight-*.junit.xml"))).getroot()
-    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("19", "0", "1")
-    (case,) = junit.findall(f"testcase[@classname='{UNREACHABLE}']")
+    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("3", "0", "1")
+    (case,) = junit.findall(f"testcase[@name='{UNREACHABLE}']")
     error = case.find("error")
     assert error is not None and error.get("type") == "unreachable"
     assert "Connection refused" in (error.text or "")
     for node in ("node1", "node2"):
-        cases = junit.findall(f"testcase[@classname='{node}']")
-        assert len(cases) == 9 and all(c.find("error") is None and c.find("failure") is None for c in cases)
+        (case,) = junit.findall(f"testcase[@name='{node}']")
+        assert case.find("error") is None and case.find("failure") is None
 
 
 def without_timestamps(groups: list[dict[str, object]]) -> list[dict[str, object]]:

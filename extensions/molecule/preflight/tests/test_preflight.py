@@ -185,6 +185,7 @@ def test_fleet_report_is_the_packages_own_preflight_of_each_node(replica):
         "unavailable": statuses.count(1),
         "unreachable": 0,
         "failed": 0,
+        "mismatch": 0,
     }
 
 
@@ -228,18 +229,19 @@ def test_report_shows_what_each_node_was_set_up_for():
 
 def test_report_html_and_junit():
     doc, html, junit = report()
+    # one row per host, its status and, when not ok, its one-line reason
     for name, entry in doc["hosts"].items():
         row = html.split(f'data-host="{name}"', 1)[0].rsplit("<tr ", 1)[1]
-        assert row.startswith(f'class="status-{entry["status"]}'), (name, row)
+        assert f'class="s-{entry["status"]}' in row, (name, row)
     row = html.split('data-host="l40s-no-runtime-01"', 1)[1].split("</tr>", 1)[0]
-    assert 'class="state unavailable" data-manufacturer="nvidia"' in row
+    assert '<td class="st unavailable">unavailable</td>' in row
+    assert "<summary>NVIDIA: this container sees fewer than the host — " in row
+    # one JUnit testcase per host
     suite = ET.fromstring(junit)
-    cases = {(c.get("classname"), c.get("name")): c for c in suite.findall("testcase")}
-    for name in doc["hosts"]:
-        for manufacturer in groups(doc, name):
-            assert (name, manufacturer) in cases
-    assert cases[("l40s-no-runtime-01", "nvidia")].find("failure") is not None
-    for (name, _), case in cases.items():
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert sorted(cases) == sorted(doc["hosts"])
+    assert cases["l40s-no-runtime-01"].find("failure") is not None
+    for name, case in cases.items():
         if doc["hosts"][name]["status"] == "ok":
             assert case.find("failure") is None, name
     assert int(suite.get("errors")) == 0

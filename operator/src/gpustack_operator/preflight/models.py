@@ -38,12 +38,17 @@ class HostView(CamelModel):
 
 
 class Detection(CamelModel):
-    """Question 1's answer for one manufacturer. ``reason`` is set exactly when state is not ok."""
+    """Question 1's answer for one manufacturer. ``reason`` is set exactly when state is not ok.
+
+    ``driver_version`` / ``runtime_version``: what the detected groups report (distinct values joined
+    by ``, ``), on an ``ok`` answer only -- the fleet report shows them beside the model and count."""
 
     state: State
     depth: Depth = Depth.DECLARED
     accelerators: int = 0
     detail: str | None = None
+    driver_version: str | None = None
+    runtime_version: str | None = None
     reason: str | None = None
     host: HostView | None = None
 

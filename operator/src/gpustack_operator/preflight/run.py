@@ -135,8 +135,16 @@ def detection_answer(outcome: DetectOutcome, cover: Coverage | None = None) -> D
             accelerators=count,
             reason=f"{DETECTION_UNNAMED} (unnamed: {', '.join(unnamed)})",
         )
-    detail = ", ".join(f"{g.name} x{len(g.accelerators)}" for g in groups if g.accelerators)
-    return Detection(state=State.OK, depth=Depth.DECLARED, accelerators=count, detail=detail)
+    named = [g for g in groups if g.accelerators]
+    detail = ", ".join(f"{g.name} x{len(g.accelerators)}" for g in named)
+    return Detection(
+        state=State.OK,
+        depth=Depth.DECLARED,
+        accelerators=count,
+        detail=detail,
+        driver_version=", ".join(dict.fromkeys(g.driver_version for g in named if g.driver_version)) or None,
+        runtime_version=", ".join(dict.fromkeys(g.runtime_version for g in named if g.runtime_version)) or None,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""fleet_report: what the preflight module registered per host, written as YAML, HTML and JUnit."""
+"""fleet_report: what the preflight module registered per host, written as YAML, HTML and JUnit -- on a
+controller that needs no gpustack-operator package (the report is the collection's own module_utils)."""
 
 from __future__ import annotations
 
@@ -34,35 +35,50 @@ def test_a_fleet_of_real_preflight_results_is_written_and_counted(
         {"failed": True, "msg": "Failed to import the required Python library (gpustack-operator)"},
     ]
     dest = tmp_path / "reports" / "fleet"
-    result = exit_result(fleet_report.main, {"hosts": hosts, "results": results, "dest": str(dest)})
+    expect = {"gpu-node": {"amd": 8}, "vm": {"nvidia": 1}}  # the VM was meant to carry a GPU
+    args = {"hosts": hosts, "results": results, "dest": str(dest), "expect": expect}
+    result = exit_result(fleet_report.main, args)
 
     assert result["changed"] is True
-    assert result["summary"] == {"hosts": 5, "ok": 2, "unavailable": 1, "unreachable": 1, "failed": 1}
-    assert result["summary_line"] == "fleet preflight: 5 hosts, 2 ok, 1 unavailable, 1 unreachable, 1 failed"
+    assert result["summary"] == {"hosts": 5, "ok": 1, "unavailable": 1, "unreachable": 1, "failed": 1, "mismatch": 1}
+    assert result["summary_line"] == (
+        "fleet preflight: 5 hosts, 1 ok, 1 unavailable, 1 unreachable, 1 failed, 1 mismatched"
+    )
+    # one console line per host that is not ok, worst first; the same lines by host for the role
+    assert [line.split(":", 1)[0] for line in result["console"]] == ["no-package", "never-reached", "broken-bus", "vm"]
+    assert result["failing"]["vm"] == (
+        "vm: mismatch — fewer accelerators than expected — NVIDIA: expected 1, found 0 (1 missing)"
+    )
+    assert "gpu-node" not in result["failing"]
     assert sorted(result["paths"]) == ["html", "junit", "yaml"]
     for path in result["paths"].values():
         assert Path(path).parent == dest and Path(path).is_file()
 
     doc = yaml.safe_load(Path(result["paths"]["yaml"]).read_text(encoding="utf-8"))
-    assert {host: entry["status"] for host, entry in doc["hosts"].items()} == {
-        "broken-bus": "unavailable",
-        "gpu-node": "ok",
-        "never-reached": "unreachable",
-        "no-package": "failed",
-        "vm": "ok",
-    }
+    assert [(host, entry["status"]) for host, entry in doc["hosts"].items()] == [
+        ("no-package", "failed"),
+        ("never-reached", "unreachable"),
+        ("broken-bus", "unavailable"),
+        ("vm", "mismatch"),
+        ("gpu-node", "ok"),
+    ]
     amd = doc["hosts"]["gpu-node"]["report"]["accelerators"][0]
     assert amd["manufacturer"] == "amd" and amd["detection"]["accelerators"] == 8
 
+    # one testcase per host
     suite = ElementTree.parse(result["paths"]["junit"]).getroot()
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("8", "2", "2")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "2", "2")
     verdicts = {
-        (case.get("classname"), case.get("name")): [child.tag for child in case if child.tag in ("failure", "error")]
+        case.get("name"): [child.tag for child in case if child.tag in ("failure", "error")]
         for case in suite.iter("testcase")
     }
-    assert verdicts[("broken-bus", "amd")] == verdicts[("broken-bus", "nvidia")] == ["failure"]
-    assert verdicts[("gpu-node", "amd")] == verdicts[("vm", "nvidia")] == []
-    assert verdicts[("never-reached", "preflight")] == verdicts[("no-package", "preflight")] == ["error"]
+    assert verdicts == {
+        "broken-bus": ["failure"],
+        "gpu-node": [],
+        "never-reached": ["error"],
+        "no-package": ["error"],
+        "vm": ["failure"],
+    }
     assert "<script" not in Path(result["paths"]["html"]).read_text(encoding="utf-8")
 
 
@@ -85,11 +101,19 @@ def test_an_unwritable_destination_fails_the_task(tmp_path: Path, source_repo: P
     assert result["msg"].startswith(f"the fleet report could not be written to {blocker}: ")
 
 
-def test_a_malformed_registered_report_is_named_as_such(tmp_path: Path, source_repo: Path) -> None:
+def test_a_malformed_registered_report_is_named_as_such(tmp_path: Path) -> None:
     args = {"hosts": ["a"], "results": [{"report": {"accelerators": "x"}}], "dest": str(tmp_path)}
     result = fail_result(fleet_report.main, args)
-    assert result["msg"].startswith("a registered result carries no valid preflight report: ")
+    assert result["msg"] == (
+        "a registered result carries no valid preflight report: a: report.accelerators is a str, not a list"
+    )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_expect_must_name_hosts_of_the_report(tmp_path: Path) -> None:
+    args = {"hosts": ["a"], "results": [None], "dest": str(tmp_path), "expect": {"b": {"nvidia": 8}}}
+    result = fail_result(fleet_report.main, args)
+    assert result["msg"] == "expect names hosts the report does not cover: b"
 
 
 def test_check_mode_is_unsupported_and_writes_nothing(tmp_path: Path, source_repo: Path) -> None:
@@ -106,6 +130,9 @@ def test_required_options_are_named(source_repo: Path) -> None:
     assert "dest" in result["msg"] and "results" in result["msg"]
 
 
-def test_without_the_package_the_task_fails_with_the_install_hint(without_gpustack: ModuleType, tmp_path: Path) -> None:
-    result = fail_result(fleet_report.main, {"hosts": [], "results": [], "dest": str(tmp_path)})
-    assert "Failed to import the required Python library (gpustack-operator)" in result["msg"]
+def test_a_controller_without_the_package_writes_the_report(without_gpustack: ModuleType, tmp_path: Path) -> None:
+    detection = {"state": "ok", "accelerators": 8, "detail": "NVIDIA H100 80GB HBM3 x8"}
+    results = [{"report": {"accelerators": [{"manufacturer": "nvidia", "detection": detection}]}}]
+    result = exit_result(fleet_report.main, {"hosts": ["a"], "results": results, "dest": str(tmp_path)})
+    assert result["summary_line"] == "fleet preflight: 1 hosts, 1 ok, 0 unavailable, 0 unreachable"
+    assert all(Path(path).is_file() for path in result["paths"].values())

@@ -1,1 +1,0 @@
-"""Fleet reports: many hosts' preflight documents aggregated on the controller."""
