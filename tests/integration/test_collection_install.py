@@ -5,10 +5,12 @@ playbooks" -- run with no network: the install role puts the bundled wheel into 
 host (dependencies from a wheelhouse, ``--no-index``), the preflight role writes the fleet report under
 the project directory, and the host the install role never ran on fails with the install hint while
 the others are reported. Nothing of this checkout is on the path: not its ansible.cfg, not its
-collections/ symlink, not its pip configuration."""
+collections/ symlink, not its pip configuration, not its venv -- the controller is a venv holding
+ansible-core alone (tests/.build/ansible-core-<X.Y>), so the package is nowhere on it."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,11 +25,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import BIN, HOSTS, REPO
+from tests.conftest import HOSTS, REPO
 from tests.tools.collection_tree import (
     COLLECTION_README,
     built_once,
     claimed_minimum,
+    core_venv,
     core_version,
     download_wheelhouse,
     empty_config,
@@ -68,8 +71,14 @@ def offline_prefix() -> list[str]:
     return ["unshare", "--net"] if probe.returncode == 0 else []
 
 
+@functools.cache
+def controller() -> Path:
+    """The bin directory of the controller's venv: this ansible-core release and nothing else."""
+    return core_venv(core_version())
+
+
 def user_env(project: Path) -> dict[str, str]:
-    """A shell in the project directory: its PWD, this venv's ansible on PATH, the project's collections
+    """A shell in the project directory: its PWD, the controller's ansible on PATH, the project's collections
     only, an Ansible configuration that sets nothing, and pip with no configuration file (no index,
     no find-links of this machine: only what the role passes)."""
     env = {
@@ -79,7 +88,7 @@ def user_env(project: Path) -> dict[str, str]:
     }
     env.update(
         PWD=str(project),
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        PATH=f"{controller()}{os.pathsep}{env.get('PATH', '')}",
         ANSIBLE_CONFIG=str(empty_config()),
         ANSIBLE_COLLECTIONS_PATH=str(project / "collections"),
         ANSIBLE_HOME=str(project.parent / "ansible-home"),
@@ -121,7 +130,7 @@ def fleet(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 
     install, download, playbook = readme_commands()
     assert install == "ansible-galaxy collection install -r requirements.yml -p ./collections", install
-    galaxy = run([str(BIN / "ansible-galaxy"), *install.split()[1:]], project)
+    galaxy = run([str(controller() / "ansible-galaxy"), *install.split()[1:]], project)
     assert galaxy.returncode == 0, galaxy.stdout + galaxy.stderr
     tree = project / INSTALLED
     assert (tree / "MANIFEST.json").is_file(), galaxy.stdout
@@ -132,7 +141,7 @@ def fleet(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     download_wheelhouse(tree / "requirements.txt", project / "wheelhouse")
 
     assert playbook == "ANSIBLE_COLLECTIONS_PATH=./collections ansible-playbook -i inventory.yml site.yml", playbook
-    proc = run([str(BIN / "ansible-playbook"), "-i", "inventory.yml", "site.yml"], project)
+    proc = run([str(controller() / "ansible-playbook"), "-i", "inventory.yml", "site.yml"], project)
     new_repo_reports = (
         set((REPO / "reports").glob("preflight-*")) if (REPO / "reports").is_dir() else set()
     ) - repo_reports
@@ -152,6 +161,9 @@ def recap(out: str) -> dict[str, int]:
 
 
 def test_the_fleet_runs_from_the_installed_tarball_alone(fleet: dict[str, Any]) -> None:
+    # the controller has no gpustack-operator: the fleet report is the collection's own code
+    probe = subprocess.run([controller() / "python", "-c", "import gpustack_operator"], capture_output=True)
+    assert probe.returncode != 0
     proc = fleet["proc"]
     out = proc.stdout + proc.stderr
     # bare-01 has no package: the run fails, on that host only, after the report
@@ -252,7 +264,7 @@ def test_module_defaults_reach_the_action_group(fleet: dict[str, Any]) -> None:
         ),
         encoding="utf-8",
     )
-    proc = run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)], project)
+    proc = run([str(controller() / "ansible-playbook"), "-i", str(inventory), str(play)], project)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
@@ -358,7 +370,7 @@ def test_the_action_group_is_the_modules_that_share_the_node_options(fleet: dict
     runtime = yaml.safe_load((tree / "meta" / "runtime.yml").read_text(encoding="utf-8"))
     modules = sorted(p.stem for p in (tree / "plugins" / "modules").glob("*.py"))
     proc = run(
-        [str(BIN / "ansible-doc"), "--json", "-t", "module", *(f"gpustack.accelerators.{m}" for m in modules)],
+        [str(controller() / "ansible-doc"), "--json", "-t", "module", *(f"gpustack.accelerators.{m}" for m in modules)],
         fleet["project"],
         offline=False,
     )
