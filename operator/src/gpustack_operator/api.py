@@ -26,12 +26,14 @@ from gpustack_operator.manufacturers.base import (
     Resolved,
     Unmeasured,
 )
-from gpustack_operator.manufacturers.modes import ModeUsageError, converge, driver_for, select
 from gpustack_operator.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     # imported by run_preflight itself: detect and the modules that only detect never load preflight
     from gpustack_operator.preflight.models import Report
+
+# The driver-mode functions import manufacturers.modes (and the pod records) themselves, for the same
+# reason: a detect pass never reads or sets a mode.
 
 CONTAINER_HOST_ROOT = "/host"
 NODE_VIEW = "/"
@@ -170,6 +172,8 @@ def monitor(req: Request) -> dict[str, object]:
 
 def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[DevicesGroup]]:
     """Detect ``manufacturer`` and build the context its mode driver reads through."""
+    from gpustack_operator.manufacturers.modes import ModeUsageError  # noqa: PLC0415
+
     if manufacturer not in req.resolved:
         raise ModeUsageError(f"{manufacturer} was not asked about in this request")
     host = HostRoot(req.root)
@@ -183,6 +187,8 @@ def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[
 
 def read_modes(req: Request, manufacturer: str, mode: str) -> list[ModeState]:
     """The mode as read on every accelerator of ``manufacturer``."""
+    from gpustack_operator.manufacturers.modes import driver_for  # noqa: PLC0415
+
     driver = driver_for(manufacturer, mode)
     ctx, groups = _mode_context(req, manufacturer)
     return driver.read(ctx, groups)
@@ -190,6 +196,8 @@ def read_modes(req: Request, manufacturer: str, mode: str) -> list[ModeState]:
 
 def select_modes(states: list[ModeState], accelerator: str | list[str]) -> list[ModeState]:
     """``all``, a driver index or an accelerator id → the matching states (``ModeUsageError``)."""
+    from gpustack_operator.manufacturers.modes import select  # noqa: PLC0415
+
     return select(states, accelerator)
 
 
@@ -205,6 +213,8 @@ def set_mode(
 ) -> list[ModeChange]:
     """Converge the mode on ``accelerator`` (``all``, an index or an id); idempotent. Turning a mode
     off under pods that hold slices raises ``SlicesHeldError`` unless ``force``."""
+    from gpustack_operator.manufacturers.modes import converge, driver_for  # noqa: PLC0415
+
     driver = driver_for(manufacturer, mode)
     ctx, groups = _mode_context(req, manufacturer)
     return converge(ctx, driver, groups, accelerator, enabled, dry_run=dry_run, force=force)

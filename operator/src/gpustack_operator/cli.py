@@ -293,7 +293,7 @@ def c_emits_alike(doc: object) -> bool:
     folded differently, an empty key, the end marker after a lone scalar), which keeps the Python one."""
     if not isinstance(doc, dict | list):
         return False
-    stack = [doc]
+    stack: list[object] = [doc]
     while stack:
         node = stack.pop()
         if isinstance(node, str):
