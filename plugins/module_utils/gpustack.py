@@ -22,8 +22,8 @@ except ImportError:
     GPUSTACK_IMPORT_ERROR = traceback.format_exc()
 
 INSTALL_HINT = (
-    "install it into the Python interpreter Ansible uses on this host "
-    "(pip install gpustack-operator, or the gpustack.accelerators.install role), "
+    "install it on this host with the gpustack.accelerators.install role (it installs the wheel this "
+    "collection carries into its own venv and points ansible_python_interpreter at it), "
     "or point ansible_python_interpreter at an environment that has it"
 )
 
