@@ -43,8 +43,8 @@ def wall(cmd: list[str], runs: int = 5, env: dict[str, str] | None = None) -> fl
     return statistics.median(samples)
 
 
-def walls(cmds: dict[str, list[str]], runs: int, env: dict[str, str] | None) -> dict[str, float]:
-    """Median wall time of each command, the commands alternated run by run (machine noise hits all
+def wall_samples(cmds: dict[str, list[str]], runs: int, env: dict[str, str] | None) -> dict[str, list[float]]:
+    """``runs`` wall times of each command, the commands alternated run by run (machine noise hits all
     alike), after one uncounted run of each (the bytecode cache, the page cache)."""
     samples: dict[str, list[float]] = {key: [] for key in cmds}
     for _ in range(runs + 1):
@@ -52,7 +52,12 @@ def walls(cmds: dict[str, list[str]], runs: int, env: dict[str, str] | None) -> 
             start = time.perf_counter()
             subprocess.run(cmd, capture_output=True, check=False, env=env)
             samples[key].append(time.perf_counter() - start)
-    return {key: statistics.median(values[1:]) for key, values in samples.items()}
+    return {key: values[1:] for key, values in samples.items()}
+
+
+def walls(cmds: dict[str, list[str]], runs: int, env: dict[str, str] | None) -> dict[str, float]:
+    """The median of :func:`wall_samples`."""
+    return {key: statistics.median(values) for key, values in wall_samples(cmds, runs, env).items()}
 
 
 def cached_env(cache: Path) -> dict[str, str]:
@@ -118,7 +123,7 @@ def process_numbers(runs: int) -> None:
         steps = {label: [sys.executable, "-c", code] for label, code in STARTUP_STEPS.items()}
         steps["dm detect h100-sxm-8x (the command)"] = detect
         steps[OWN_LOADER] = [sys.executable, "-c", PYDANTIC_FLOOR]
-        numbers = walls(steps, runs, {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"})
+        samples = wall_samples(steps, runs, {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"})
         both = walls({"pass": [sys.executable, "-c", "pass"], "detect": detect}, runs, env)
     as_is = walls({"pass": [sys.executable, "-c", "pass"], "detect": detect}, runs, None)
     base, det = both["pass"], both["detect"]
@@ -132,15 +137,24 @@ def process_numbers(runs: int) -> None:
         f"  as this environment runs it (PYTHONDONTWRITEBYTECODE={dont}): python -c pass "
         f"{as_is['pass'] * 1000:.1f} ms, dm detect {as_is['detect'] * 1000:.1f} ms, ratio {ratio:.1f}x"
     )
-    print(f"== where dm detect's time goes (median of {runs}, alternated; each line includes the ones above)")
-    own_loader = numbers.pop(OWN_LOADER)
+    # the minimum beside the median: on a shared machine it is the steadier estimate of what a step
+    # costs, and the steps are read against each other (a median can put a step below the one before)
+    print(f"== where dm detect's time goes (of {runs}, alternated; each line includes the ones above)")
+    print(f"  {'':<40} {'median':>8}    {'min':>8}    {'+ min':>8}    median / python -c pass")
+    least = {label: min(values) for label, values in samples.items()}
+    numbers = {label: statistics.median(values) for label, values in samples.items()}
+    own_loader, least_own = numbers.pop(OWN_LOADER), least.pop(OWN_LOADER)
     bare, before = numbers["python -c pass"], 0.0
     for label, seconds in numbers.items():
-        step = f"(+{(seconds - before) * 1000:6.1f})" if before else " " * 9
-        print(f"  {label:<40} {seconds * 1000:8.1f} ms {step}   {seconds / bare:5.1f}x python -c pass")
-        before = seconds
+        step = f"+{(least[label] - before) * 1000:6.1f} ms" if before else " " * 9 + "  "
+        print(f"  {label:<40} {seconds * 1000:8.1f} ms {least[label] * 1000:8.1f} ms  {step}   {seconds / bare:5.1f}x")
+        before = least[label]
     stood_in = numbers["+ a first pydantic model"]
-    print(f"  ({OWN_LOADER}: {own_loader * 1000:.1f} ms; the stand-in buys {(own_loader - stood_in) * 1000:.1f} ms)")
+    bought = (own_loader - stood_in) * 1000, (least_own - least["+ a first pydantic model"]) * 1000
+    print(
+        f"  ({OWN_LOADER}: {own_loader * 1000:.1f} ms, min {least_own * 1000:.1f} ms; the stand-in buys "
+        f"{bought[0]:.1f} ms (median), {bought[1]:.1f} ms (min))"
+    )
     floor = numbers["+ import yaml"]
     above = numbers["dm detect h100-sxm-8x (the command)"] - floor
     print(
