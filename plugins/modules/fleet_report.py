@@ -141,6 +141,8 @@ causes:
       elements: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.accelerators.plugins.module_utils import fleet_report as fleet
 
@@ -157,6 +159,12 @@ def main():
     )
     hosts, results = module.params["hosts"], module.params["results"]
     expect = module.params["expect"] or {}
+    dest = module.params["dest"]
+    if not dest.strip() or "\0" in dest:
+        # never "" (the current directory) or a NUL: say what to set instead
+        module.fail_json(msg="dest is empty: name the directory the fleet report is written to (preflight_report_dir)")
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        module.fail_json(msg="dest %s exists and is not a directory" % dest)
     if len(hosts) != len(results):
         module.fail_json(msg="hosts and results must align: %d hosts, %d results" % (len(hosts), len(results)))
     strangers = sorted(set(expect) - set(hosts))

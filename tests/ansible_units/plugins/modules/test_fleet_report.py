@@ -98,7 +98,15 @@ def test_an_unwritable_destination_fails_the_task(tmp_path: Path, source_repo: P
     blocker = tmp_path / "reports"
     blocker.write_text("a file where the directory should go\n")
     result = fail_result(fleet_report.main, {"hosts": ["a"], "results": [None], "dest": str(blocker)})
-    assert result["msg"].startswith(f"the fleet report could not be written to {blocker}: ")
+    assert result["msg"] == f"dest {blocker} exists and is not a directory"
+    below = fail_result(fleet_report.main, {"hosts": ["a"], "results": [None], "dest": str(blocker / "x")})
+    assert below["msg"].startswith(f"the fleet report could not be written to {blocker / 'x'}: ")
+
+
+def test_a_blank_destination_is_refused(tmp_path: Path, source_repo: Path) -> None:
+    for blank in ("", "   "):
+        result = fail_result(fleet_report.main, {"hosts": ["a"], "results": [None], "dest": blank})
+        assert result["msg"].startswith("dest is empty")
 
 
 def test_a_malformed_registered_report_is_named_as_such(tmp_path: Path) -> None:
