@@ -69,6 +69,11 @@ class HostRoot:
         self._root_str = str(self.root).rstrip("/")
         # disk path -> link target (None when the component is not a symlink); absent entries raise
         self._lstat: dict[str, str | None] = {}
+        # host path -> (components, links followed) where a walk of it ended with nothing absent: the
+        # walk of "<it>/<name>" takes it up there (a pass reads thousands of files under a few dozen
+        # resolved sysfs directories). Every component of such a walk is in _lstat already, so this
+        # gives exactly what walking again would.
+        self._walked: dict[str, tuple[tuple[str, ...], int]] = {}
 
     def __repr__(self) -> str:
         return f"HostRoot({str(self.root)!r})"
@@ -93,9 +98,7 @@ class HostRoot:
             os.fsencode(host_path)
         except UnicodeEncodeError:  # a lone surrogate that is no escaped byte ("\ud800")
             raise HostPathError(host_path, errno.EINVAL, "the path is not encodable as a file name") from None
-        parts: list[str] = []
-        pending: deque[str] = deque(_split(host_path))
-        links = 0
+        parts, pending, links = self._resume(host_path)
         absent_at = 0  # len(parts) when parts[-1] was found absent; nothing below it can exist
         absent: set[str] = set()  # this walk's absent paths ("a/../a/../..." looks each up once)
         while pending:
@@ -133,7 +136,27 @@ class HostRoot:
             if target.startswith("/"):
                 parts = []
             pending.extendleft(reversed(_split(target)))
-        return "/" + "/".join(parts)
+        resolved = "/" + "/".join(parts)
+        if not absent:
+            self._remember(host_path, resolved, parts, links)
+        return resolved
+
+    def _resume(self, host_path: str) -> tuple[list[str], deque[str], int]:
+        """Where the walk of ``host_path`` starts (components, pending, links followed): from the
+        root, or where the walk of its parent ended -- the state the whole walk reaches once past the
+        parent's components."""
+        parent, sep, name = host_path.rpartition("/")
+        walked = self._walked.get(parent) if sep and name not in ("", ".", "..") else None
+        if walked is None:
+            return [], deque(_split(host_path)), 0
+        return list(walked[0]), deque((name,)), walked[1]
+
+    def _remember(self, host_path: str, resolved: str, parts: list[str], links: int) -> None:
+        """Record a walk that found nothing absent, under the path asked for and under the path it
+        resolved to (walking that one follows no link: each of its components is a known non-link)."""
+        known = tuple(parts)
+        self._walked[host_path] = (known, links)
+        self._walked.setdefault(resolved, (known, 0))
 
     def _link_target(self, disk: str) -> str | None:
         """The symlink target of an on-disk path, ``None`` if it is not a link (memoized)."""
