@@ -296,6 +296,21 @@ class HostCount:
         return len(self.seen)
 
 
+QUOTE_LIMIT = 120  # characters of one CLI line quoted in a problem
+QUOTED = 3  # lines quoted at most
+
+
+def quote_line(line: str) -> str:
+    """One line of a CLI's output as a problem sentence quotes it (stripped, cut, ``repr``)."""
+    line = line.strip()
+    return repr(line if len(line) <= QUOTE_LIMIT else line[:QUOTE_LIMIT] + "...")
+
+
+def quote_lines(lines: list[str]) -> str:
+    """The first :data:`QUOTED` lines, quoted, with ``...`` when there were more."""
+    return ", ".join(quote_line(u) for u in lines[:QUOTED]) + (", ..." if len(lines) > QUOTED else "")
+
+
 @dataclass(frozen=True)
 class HostCli:
     """How a manufacturer's own CLI is asked, on the host, what it sees.

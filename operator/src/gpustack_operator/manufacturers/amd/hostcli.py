@@ -21,20 +21,13 @@ from __future__ import annotations
 
 import re
 
-from gpustack_operator.manufacturers.base import HostCli, HostCount
+from gpustack_operator.manufacturers.base import HostCli, HostCount, quote_line, quote_lines
 
 # "GPU[<index>] <padding> : Unique ID: <value>"; the index is bounded (9 digits is past any node).
 _UNIQUE_ID = re.compile(r"\s*GPU\[([0-9]{1,9})\]\s*:\s*Unique ID\s*:", re.ASCII | re.IGNORECASE)
 _GPU_LIKE = re.compile(r"\s*GPU\[", re.ASCII)
 _FIELD = "unique id"
 _BANNERS = ("ROCm System Management Interface", "End of ROCm SMI Log", "Unique ID")
-_QUOTE_LIMIT = 120
-_QUOTED = 3
-
-
-def _quote(line: str) -> str:
-    line = line.strip()
-    return repr(line if len(line) <= _QUOTE_LIMIT else line[:_QUOTE_LIMIT] + "...")
 
 
 def count_rocm_smi_showuniqueid(output: str) -> HostCount:
@@ -53,7 +46,7 @@ def count_rocm_smi_showuniqueid(output: str) -> HostCount:
     seen = tuple(f"GPU[{i}]" for i in sorted(indexes))
     problem = None
     if unread:
-        quoted = ", ".join(_quote(u) for u in unread[:_QUOTED]) + (", ..." if len(unread) > _QUOTED else "")
+        quoted = quote_lines(unread)
         problem = (
             f"rocm-smi --showuniqueid printed {len(unread)} Unique ID line(s) whose GPU index could not be "
             f"read (not counted): {quoted}"
@@ -62,7 +55,7 @@ def count_rocm_smi_showuniqueid(output: str) -> HostCount:
         first = next(line for line in output.splitlines() if line.strip())
         problem = (
             "rocm-smi --showuniqueid printed neither its banner nor a 'GPU[<n>] : Unique ID:' line, so it "
-            f"listed none; it began {_quote(first)}"
+            f"listed none; it began {quote_line(first)}"
         )
     return HostCount(seen=seen, problem=problem)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from gpustack_operator.manufacturers.base import HostCli, HostCount
+from gpustack_operator.manufacturers.base import HostCli, HostCount, quote_lines
 
 _NUMBER = re.compile(r"[0-9]{1,9}", re.ASCII)
 _SPACES = re.compile(r"\s+")
@@ -38,13 +38,6 @@ _CHIP_COUNT = "chip count"
 _TOTALS = frozenset({"total count", "card count"})
 # A board carries one, two (310P Duo, A3) or a few chips; a count past this is garbled output.
 MAX_CHIPS_PER_NPU = 16
-_QUOTE_LIMIT = 120
-_QUOTED = 3
-
-
-def _quote(line: str) -> str:
-    line = line.strip()
-    return repr(line if len(line) <= _QUOTE_LIMIT else line[:_QUOTE_LIMIT] + "...")
 
 
 def _field(line: str) -> tuple[str, str] | None:
@@ -99,7 +92,7 @@ def count_npu_smi_info_l(output: str) -> HostCount:
     seen = tuple(f"{npu} chip {c}" for npu, n in chips.items() for c in range(n))
     problems = []
     if unread:
-        quoted = ", ".join(_quote(u) for u in unread[:_QUOTED]) + (", ..." if len(unread) > _QUOTED else "")
+        quoted = quote_lines(unread)
         problems.append(
             f"{len(unread)} line(s) could not be read (an NPU whose chip count is unreadable counts one chip): {quoted}"
         )

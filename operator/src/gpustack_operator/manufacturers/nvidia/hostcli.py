@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from gpustack_operator.manufacturers.base import HostCli, HostCount
+from gpustack_operator.manufacturers.base import HostCli, HostCount, quote_line, quote_lines
 
 # The head of a GPU line; the index is bounded (NVML indexes are small; 9 digits is past any node),
 # so a garbled "GPU 99999999999999999999999:" is an unread line, never a huge int.
@@ -29,13 +29,6 @@ _GPU_LIKE = re.compile(r"[ \t]*GPU(?:[ \t]|[0-9]|$)", re.ASCII)
 _MIG = re.compile(r"[ \t]*MIG[ \t]", re.ASCII)
 _NO_HANDLE = "Unable to determine the device handle"
 _NONE_FOUND = ("No devices were found", "No devices found")
-_QUOTE_LIMIT = 120
-_QUOTED = 3
-
-
-def _quote(line: str) -> str:
-    line = line.strip()
-    return repr(line if len(line) <= _QUOTE_LIMIT else line[:_QUOTE_LIMIT] + "...")
 
 
 def count_nvidia_smi_l(output: str) -> HostCount:
@@ -56,7 +49,7 @@ def count_nvidia_smi_l(output: str) -> HostCount:
     seen = tuple(f"GPU {i}" for i in sorted(indexes))
     problem = None
     if unread:
-        quoted = ", ".join(_quote(u) for u in unread[:_QUOTED]) + (", ..." if len(unread) > _QUOTED else "")
+        quoted = quote_lines(unread)
         problem = (
             f"nvidia-smi -L printed {len(unread)} line(s) for a GPU that could not be read as one "
             f"(not counted): {quoted}"
@@ -64,7 +57,8 @@ def count_nvidia_smi_l(output: str) -> HostCount:
     elif not seen and anything and not any(n in output for n in _NONE_FOUND):
         first = next(line for line in output.splitlines() if line.strip())
         problem = (
-            f"nvidia-smi -L printed no line of the form 'GPU <n>: <name>', so it listed none; it began {_quote(first)}"
+            "nvidia-smi -L printed no line of the form 'GPU <n>: <name>', so it listed none; "
+            f"it began {quote_line(first)}"
         )
     return HostCount(seen=seen, problem=problem)
 
