@@ -55,6 +55,7 @@ class ChildResult:
     error: str | None  # an exception the detector raised (the loop's panic guard answers it)
     loading: str | None  # the last library the child was about to load
     status: int | None  # waitpid status, None while it could not be reaped
+    timed_out: bool = False  # killed for not answering in time
 
 
 def _send(fd: int, kind: bytes, payload: bytes) -> None:
@@ -84,7 +85,7 @@ def _child(fd: int, name: str, ctx: DetectContext) -> None:  # pragma: no cover 
             os._exit(code)
 
 
-def _read_frames(fd: int, pid: int, deadline: float) -> tuple[list[tuple[bytes, bytes]], bool]:
+def _read_frames(fd: int, deadline: float) -> tuple[list[tuple[bytes, bytes]], bool]:
     """Every frame until EOF; ``timed_out`` when the deadline passed first."""
     buf = b""
     frames: list[tuple[bytes, bytes]] = []
@@ -117,7 +118,7 @@ def run_forked(name: str, ctx: DetectContext, timeout: float = TIMEOUT_S) -> Chi
         _child(write_fd, name, ctx)
     os.close(write_fd)
     try:
-        frames, timed_out = _read_frames(read_fd, pid, time.monotonic() + timeout)
+        frames, timed_out = _read_frames(read_fd, time.monotonic() + timeout)
     finally:
         os.close(read_fd)
     if timed_out:
@@ -141,7 +142,7 @@ def run_forked(name: str, ctx: DetectContext, timeout: float = TIMEOUT_S) -> Chi
             error = payload.decode("utf-8", "replace")
     if timed_out and outcome is None:
         error = None
-        return ChildResult(None, f"did not answer within {timeout:.0f}s and was killed", loading, status)
+        return ChildResult(None, f"did not answer within {timeout:.0f}s and was killed", loading, status, True)
     return ChildResult(outcome, error, loading, status)
 
 
@@ -149,7 +150,7 @@ def death(name: str, result: ChildResult) -> str:
     """Why a child gave no answer, in words: the signal, and the library it was in."""
     where = f" while it was loading or calling {result.loading}" if result.loading else " in the vendor's code"
     status = result.status
-    if result.error and result.error.startswith("did not answer"):
+    if result.timed_out and result.error:
         how = result.error
     elif status is not None and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -179,7 +180,7 @@ def isolated_detector(name: str, ctx: DetectContext) -> DetectOutcome:
     result = run_forked(name, ctx)
     if result.outcome is not None:
         return result.outcome
-    if result.error is not None and not result.error.startswith("did not answer"):
+    if result.error is not None and not result.timed_out:
         log.error("the %s detector crashed (in its child process): %s", name, result.error)
         first = result.error.splitlines()[0]
         return Unmeasured(f"the {name} detector crashed: {first}")
