@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import logging
 import sys
@@ -152,20 +153,38 @@ def _python_level(verbosity: int) -> int:
     return logging.INFO if verbosity >= 1 else logging.WARNING
 
 
+class _VModule(logging.Filter):
+    """klog's ``--vmodule``: a record passes at the level its module's pattern names, else at ``-v``'s.
+
+    A filter on the handler rather than logger levels, because most modules are imported after the
+    flags are parsed (preflight's load lazily), so no logger list exists to set levels on yet."""
+
+    def __init__(self, default: int, patterns: list[tuple[str, int]]) -> None:
+        super().__init__()
+        self.default = default
+        self.patterns = patterns
+
+    def threshold(self, name: str) -> int:
+        short = name.rsplit(".", 1)[-1]
+        for pattern, level in self.patterns:
+            if fnmatch.fnmatchcase(short, pattern) or fnmatch.fnmatchcase(name, pattern):
+                return _python_level(level)
+        return self.default
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.threshold(record.name)
+
+
 def configure_logging(args: argparse.Namespace) -> None:
     fmt = "%(message)s" if args.skip_headers else "%(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=_python_level(args.verbose), format=fmt, stream=sys.stderr, force=True)
-    if args.vmodule:
-        import fnmatch  # noqa: PLC0415
-
-        from gpustack_operator import __name__ as package  # noqa: PLC0415
-
-        modules = [m for m in sys.modules if m == package or m.startswith(package + ".")]
-        for pattern, level in args.vmodule:
-            for module in modules:
-                short = module.rsplit(".", 1)[-1]
-                if fnmatch.fnmatchcase(short, pattern) or fnmatch.fnmatchcase(module, pattern):
-                    logging.getLogger(module).setLevel(_python_level(level))
+    default = _python_level(args.verbose)
+    if not args.vmodule:
+        logging.basicConfig(level=default, format=fmt, stream=sys.stderr, force=True)
+        return
+    lowest = min([default, *(_python_level(level) for _, level in args.vmodule)])
+    logging.basicConfig(level=lowest, format=fmt, stream=sys.stderr, force=True)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_VModule(default, args.vmodule))
 
 
 def build_parser() -> argparse.ArgumentParser:
