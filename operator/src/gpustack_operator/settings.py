@@ -90,6 +90,12 @@ def environment(prefix: str, fields: Mapping[str, object], env: Mapping[str, str
     return found
 
 
+def _switch(raw: str | None) -> bool:
+    """A default-on safeguard switch: off only for ``false`` (any case, trimmed), as the chart's
+    ``--set-string deviceManager.env.<VAR>=false`` writes it."""
+    return raw is None or raw.strip().lower() != "false"
+
+
 class Settings(BaseModel):
     """Deploy-time variables (supplement §4.3)."""
 
@@ -112,10 +118,28 @@ class Settings(BaseModel):
     def class_prefixes(self) -> tuple[str, ...]:
         return parse_pci_class_prefixes(self.pci_class_prefixes)
 
+    # The allocator's safeguard switches (supplement §4.3), default on; only "false" turns one off.
+    device_plugin_sliced_allocate_gate: str | None = None
+    device_plugin_identify_by_kubelet: str | None = None
+    ledger_release_terminated_pods: str | None = None
+    lib_dir: str | None = None  # GPUSTACK_LIB_DIR, the preload-library tree's host path
+
     @property
     def group_id_with_memory(self) -> bool:
         """True only for the exact string ``true`` (supplement §4.3 parsing note)."""
         return self.devices_group_id_with_memory == "true"
+
+    @property
+    def sliced_allocate_gate(self) -> bool:
+        return _switch(self.device_plugin_sliced_allocate_gate)
+
+    @property
+    def identify_by_kubelet(self) -> bool:
+        return _switch(self.device_plugin_identify_by_kubelet)
+
+    @property
+    def release_terminated_pods(self) -> bool:
+        return _switch(self.ledger_release_terminated_pods)
 
 
 class ManufacturerOverrides(BaseModel):

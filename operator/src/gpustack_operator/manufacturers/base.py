@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from gpustack_operator.discovery.pci import PciDevice, PciScan
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import CamelModel, DevicesGroup
+from gpustack_operator.manufacturers.respond import Partitioner, Responder
 from gpustack_operator.settings import (
     PciVendorMatch,
     Settings,
@@ -332,11 +333,16 @@ class HostCli:
 
 @dataclass(frozen=True)
 class Backend:
-    """What a manufacturer reads the node with: its detector, usage monitor and driver modes."""
+    """What a manufacturer reads the node with (its detector, usage monitor and driver modes) and
+    what it answers an allocation with: ``responder`` (``<vendor>/respond.py``, the contract in
+    ``manufacturers/respond.py``) and, for a partitioning manufacturer, ``partitioner`` -- the vendor's
+    partition calls bound to the library found in a node view."""
 
     detect: Detector
     monitor: Monitor | None = None
     modes: Mapping[str, ModeDriver] = field(default_factory=dict)
+    responder: Responder | None = None
+    partitioner: Callable[[HostRoot], Partitioner] | None = None
 
 
 def bus_shows_none(ctx: DetectContext) -> bool:
@@ -388,6 +394,10 @@ class Manufacturer:
     @property
     def modes(self) -> Mapping[str, ModeDriver]:
         return self.loaded().modes
+
+    @property
+    def responder(self) -> Responder | None:
+        return self.loaded().responder
 
 
 __all__ = [

@@ -1,0 +1,300 @@
+"""The responder contract: what one manufacturer injects into one container for one grant.
+
+The allocator (``allocator/``) decides *which* accelerators a container gets and records it; the
+manufacturer's responder (``manufacturers/<vendor>/respond.py``) says *what the container needs* to
+use them -- visibility env or device nodes, the slicing library, quota env and files, a partition
+instance. This module is the contract between the two, below both (a manufacturer never imports the
+allocator), plus the few rules that hold for every vendor and so live once, here:
+
+- never-overwrite (:func:`set_default`): a variable the container's own ``env:`` sets is left alone
+  (spec "Sliced": an ``envFrom:`` value is invisible, opting out needs an explicit ``env:``);
+- positional order: :attr:`Grant.accelerators` is always in ascending accelerator index (spec
+  "Positional injection order"), so a responder numbering ``_<i>`` keys walks it as given;
+- refusals (:class:`RefusedError`) carry the gRPC status the kubelet sees (``FailedPrecondition``).
+
+A responder is pure over its inputs except through the seams on :class:`RespondContext`: the node
+view (to see which device nodes exist), the host's writable directories (per-pod working dir, Hygon's
+``vdev<i>.conf``), and vendor calls (driver modes, partition create/destroy) that are real library
+calls in production and compiled stand-ins in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpustack_operator.host import HostRoot
+from gpustack_operator.ledger.models import Accelerator, DevicesGroup
+from gpustack_operator.settings import Settings
+
+LIB_DIR = "/var/lib/gpustack/operator/lib"  # host path of the staged preload libraries
+PODS_DIR = "/var/lib/gpustack/operator/pods"  # host path of the per-pod working directories
+
+
+class Family(StrEnum):
+    """The allocation families (supplement §5.1/§5.2) plus the internal visibility mode (§1.7)."""
+
+    EXCLUSIVE = "exclusive"
+    SHARED = "shared"
+    SLICED = "sliced"
+    PARTITIONED = "partitioned"
+    VISIBILITY = "visibility"
+
+
+class Channel(StrEnum):
+    """How a visibility grant travels (supplement §1.4 CDI table). Decided above the vendor (the
+    allocator's CDI resolver); a responder only emits the channel it is handed."""
+
+    ENVVAR = "envvar"
+    CDI = "cdi-annotations"
+
+
+class Code(StrEnum):
+    """The gRPC status codes an allocation refusal is returned with (names as grpc.StatusCode)."""
+
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    UNAVAILABLE = "UNAVAILABLE"
+    INTERNAL = "INTERNAL"
+
+
+class RefusedError(Exception):
+    """An allocation this layer will not make. ``message`` names the accelerator, what is missing and
+    the remedy; the kubelet fails the Pod with ``UnexpectedAdmissionError`` carrying it."""
+
+    def __init__(self, message: str, code: Code = Code.FAILED_PRECONDITION) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+# -- what a container gets (mirrors v1beta1 ContainerAllocateResponse) ------------------------------
+
+
+class Mount(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+
+class DeviceNode(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    container_path: str
+    host_path: str
+    permissions: str = "rwm"
+
+
+class Injection(BaseModel):
+    """One container's allocation response: exactly the v1beta1 ``ContainerAllocateResponse`` fields.
+    ``log`` is what the decision wants logged (CDI fallback reason, aligned-down percentage...), never
+    sent to the kubelet."""
+
+    envs: dict[str, str] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list)
+    devices: list[DeviceNode] = Field(default_factory=list)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    cdi_devices: list[str] = Field(default_factory=list)
+    log: list[str] = Field(default_factory=list)
+
+    def add_device(self, path: str, host_path: str | None = None, permissions: str = "rwm") -> None:
+        """Add a device node once (a node-level control node shared by two accelerators is one node)."""
+        node = DeviceNode(container_path=path, host_path=host_path or path, permissions=permissions)
+        if node not in self.devices:
+            self.devices.append(node)
+
+    def add_mount(self, container_path: str, host_path: str, read_only: bool = True) -> None:
+        mount = Mount(container_path=container_path, host_path=host_path, read_only=read_only)
+        if mount not in self.mounts:
+            self.mounts.append(mount)
+
+
+# -- what a container was granted ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Granted:
+    """One granted accelerator with the group (model) it belongs to."""
+
+    group: DevicesGroup
+    accelerator: Accelerator
+
+    @property
+    def id(self) -> str:
+        return self.accelerator.id
+
+    @property
+    def index(self) -> int:
+        """The operator's logical index (the detector's enumeration)."""
+        return self.accelerator.index
+
+    def driver_index(self) -> int:
+        """The driver's own index where a number travels as a value (spec "Positional injection
+        order": Ascend's physical id, Cambricon's enumeration position): the first physical index the
+        detector recorded, else the logical one."""
+        return self.accelerator.physical_indexes[0] if self.accelerator.physical_indexes else self.accelerator.index
+
+
+@dataclass(frozen=True)
+class SliceBudget:
+    """A logical slice's budgets, already resolved by the allocator (reference rules §5):
+    ``cores_percent`` in (0, 100] (absent or <= 0 → 100); ``memory_mib`` floor(vram·pct/100) or the
+    MiB request, capped at the accelerator's VRAM; ``units`` the container's ``.sliced.units``."""
+
+    cores_percent: int
+    memory_mib: int
+    units: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionInstance:
+    """A materialised hardware partition (NVIDIA MIG, T-Head / Hygon MIG-named partitioning).
+
+    ``uuid`` is what visibility names (``MIG-…``); ``device_nodes`` are host device paths the
+    instance needs (T-Head); ``registry_file`` is the instance's own file (Hygon); ``handle`` is the
+    vendor's ids to destroy or verify it by (GPU instance id, compute instance id, ...)."""
+
+    accelerator: str  # the parent accelerator id
+    profile: str  # "1g.10gb"
+    uuid: str
+    start: int = 0  # the placement it took
+    size: int = 0
+    device_nodes: tuple[str, ...] = ()
+    registry_file: str | None = None
+    handle: Mapping[str, int | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """The container the allocator identified this call as serving."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    container: str
+    env: Mapping[str, str] = field(default_factory=dict)  # the container's own ``env:`` (literal values)
+    runtime_class: str | None = None  # the Pod's ``runtimeClassName``
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.pod} container {self.container}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one container was granted, as the responder sees it.
+
+    ``accelerators`` are in ascending accelerator index (the positional order). For ``SLICED``,
+    ``budget`` is set; for ``PARTITIONED`` (and ``VISIBILITY`` of a partition-backed owner)
+    ``partition`` is the instance; for ``VISIBILITY`` ``owner_family`` is what the owner holds.
+    ``channel`` is the visibility channel the allocator resolved (``CDI`` only ever for a non-partition
+    grant of a manufacturer that reads the strategy)."""
+
+    manufacturer: str
+    family: Family
+    accelerators: tuple[Granted, ...]
+    container: ContainerRef
+    budget: SliceBudget | None = None
+    partition: PartitionInstance | None = None
+    owner_family: Family | None = None
+    channel: Channel = Channel.ENVVAR
+    cdi_kind: str | None = None  # "nvidia.com/gpu" when channel is CDI
+
+
+# -- the seams a responder may use ------------------------------------------------------------------
+
+
+class Partitioner(Protocol):
+    """A vendor's partition calls (NVML GPU/compute instance create for NVIDIA; the T-Head and Hygon
+    equivalents). Real library calls in production; a compiled stand-in library behind them in tests."""
+
+    def create(self, group: DevicesGroup, accelerator: Accelerator, profile: str, start: int) -> PartitionInstance:
+        """Materialise ``profile`` at placement ``start``; :class:`RefusedError` naming the vendor's error."""
+        ...
+
+    def live(self, instance: PartitionInstance) -> bool:
+        """Does the instance still exist (the visibility sidecar's proof of the owner)?"""
+        ...
+
+    def destroy(self, instance: PartitionInstance) -> None: ...
+
+
+@dataclass
+class RespondContext:
+    """Where a responder may look and write.
+
+    ``view`` is the node as this process sees it (``/dev`` to check a device node exists, ``/sys`` for
+    topology). ``host`` is where host paths this process writes are reachable (in the DaemonSet the
+    host's ``/var/lib/gpustack`` is mounted at the same path, so in production it is ``/``; a temporary
+    tree in tests). Paths *in the response* are always host paths (the kubelet reads them on the host).
+    """
+
+    view: HostRoot
+    host: HostRoot
+    settings: Settings
+    lib_dir: str = LIB_DIR
+    pods_dir: str = PODS_DIR
+    arch: str = "x86_64"
+    partitioner: Partitioner | None = None
+
+    def pod_dir(self, pod_uid: str, *parts: str) -> str:
+        """The host path of a pod's (or one of its containers') working directory."""
+        return "/".join([self.pods_dir.rstrip("/"), pod_uid, *parts])
+
+
+class Responder(Protocol):
+    """One manufacturer's responder. ``families`` are those it can serve at all (the allocator never
+    registers a resource for another); ``respond`` must not mutate the grant and raises only
+    :class:`RefusedError` (anything else is a bug the allocator contains as ``INTERNAL``)."""
+
+    families: frozenset[Family]
+
+    def respond(self, grant: Grant, ctx: RespondContext) -> Injection: ...
+
+
+# -- rules that hold for every vendor ---------------------------------------------------------------
+
+
+def set_default(injection: Injection, container_env: Mapping[str, str], name: str, value: str) -> None:
+    """Never-overwrite (spec "Sliced"): inject ``name=value`` only if the container's own ``env:``
+    does not set ``name``."""
+    if name not in container_env:
+        injection.envs[name] = value
+
+
+def require_devices(view: HostRoot, paths: list[str], what: str) -> None:
+    """Every path must exist as a node in the view, else :class:`RefusedError` naming the first missing one
+    (a container started without its accelerator is worse than one that does not start)."""
+    for path in paths:
+        if not view.exists(path):
+            raise RefusedError(f"{what}: device node {path} does not exist on this node; is the driver loaded?")
+
+
+__all__ = [
+    "LIB_DIR",
+    "PODS_DIR",
+    "Channel",
+    "Code",
+    "ContainerRef",
+    "DeviceNode",
+    "Family",
+    "Grant",
+    "Granted",
+    "Injection",
+    "Mount",
+    "PartitionInstance",
+    "Partitioner",
+    "RefusedError",
+    "RespondContext",
+    "Responder",
+    "SliceBudget",
+    "require_devices",
+    "set_default",
+]
