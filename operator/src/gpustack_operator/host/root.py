@@ -21,8 +21,10 @@ Create a new one per pass (the detection loop does) so a changed tree is seen.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import stat
 from collections import deque
 from pathlib import Path
@@ -228,6 +230,52 @@ class HostRoot:
             return os.readlink(disk)
         except (OSError, ValueError):  # ValueError: a NUL byte in the name
             return None
+
+    # -- writes (the allocator's host directories: per-pod working dirs, Hygon's vdev files) ---------
+
+    def _forget(self) -> None:
+        """Writes change what exists: drop the resolution caches."""
+        self._lstat.clear()
+        self._walked.clear()
+
+    def makedirs(self, host_path: str, mode: int = 0o755) -> None:
+        """Create a directory (and parents) inside the root; raises :class:`HostPathError`."""
+        disk = self._disk(host_path)
+        try:
+            os.makedirs(disk, mode=mode, exist_ok=True)
+        except OSError as exc:
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+        finally:
+            self._forget()
+
+    def write_text(self, host_path: str, text: str, mode: int = 0o644) -> None:
+        """Write a file atomically (a temporary file renamed over it) inside the root."""
+        disk = self._disk(host_path)
+        tmp = f"{disk}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, disk)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+        finally:
+            self._forget()
+
+    def remove_tree(self, host_path: str) -> None:
+        """Remove a file or directory tree inside the root (absent is fine)."""
+        disk = self._disk(host_path)
+        try:
+            if os.path.isdir(disk) and not os.path.islink(disk):
+                shutil.rmtree(disk)
+            elif os.path.lexists(disk):
+                os.unlink(disk)
+        except OSError as exc:
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+        finally:
+            self._forget()
 
 
 def _split(path: str) -> list[str]:

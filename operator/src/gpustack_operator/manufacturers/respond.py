@@ -277,9 +277,39 @@ def require_devices(view: HostRoot, paths: list[str], what: str) -> None:
             raise RefusedError(f"{what}: device node {path} does not exist on this node; is the driver loaded?")
 
 
+PRELOAD_FILE = "/etc/ld.so.preload"
+
+
+def mount_preload(injection: Injection, ctx: RespondContext, subtree: str, container_dir: str, library: str) -> None:
+    """Activate a preload library the one way every vendor does (spec "Logical slicing per
+    manufacturer": through ``/etc/ld.so.preload``): the staged host directory
+    ``<lib_dir>/<subtree>`` read-only at ``container_dir``, and the host file
+    ``<lib_dir>/<subtree>/ld.so.preload`` (naming ``<container_dir>/<library>``, written by the staging)
+    at ``/etc/ld.so.preload``. Refused when the subtree was not staged: a sliced container that starts
+    without its library is a whole accelerator nobody asked for."""
+    host_dir = f"{ctx.lib_dir.rstrip('/')}/{subtree}"
+    if not ctx.host.exists(f"{host_dir}/{library}"):
+        raise RefusedError(
+            f"the slicing library {host_dir}/{library} is not staged on this node; "
+            "the device-manager's init container stages it (check its log, or run the preload_libraries module)"
+        )
+    injection.add_mount(container_dir, host_dir)
+    injection.add_mount(PRELOAD_FILE, f"{host_dir}/ld.so.preload")
+
+
+def mount_pod_dir(injection: Injection, ctx: RespondContext, grant: Grant, container_path: str) -> str:
+    """The per-container working directory ``<pods_dir>/<pod uid>/<container>`` (created on the host,
+    reclaimed once the Pod is gone), mounted read-write at ``container_path``; returns its host path."""
+    host_path = ctx.pod_dir(grant.container.pod_uid, grant.container.container)
+    ctx.host.makedirs(host_path)
+    injection.add_mount(container_path, host_path, read_only=False)
+    return host_path
+
+
 __all__ = [
     "LIB_DIR",
     "PODS_DIR",
+    "PRELOAD_FILE",
     "Channel",
     "Code",
     "ContainerRef",
@@ -295,6 +325,8 @@ __all__ = [
     "RespondContext",
     "Responder",
     "SliceBudget",
+    "mount_pod_dir",
+    "mount_preload",
     "require_devices",
     "set_default",
 ]
