@@ -23,13 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup
 from gpustack_operator.settings import Settings
+
+if TYPE_CHECKING:  # base imports this module for Backend's types
+    from gpustack_operator.manufacturers.base import DetectContext
 
 LIB_DIR = "/var/lib/gpustack/operator/lib"  # host path of the staged preload libraries
 PODS_DIR = "/var/lib/gpustack/operator/pods"  # host path of the per-pod working directories
@@ -243,6 +246,9 @@ class RespondContext:
     pods_dir: str = PODS_DIR
     arch: str = "x86_64"
     partitioner: Partitioner | None = None
+    # The detection context of the node view, for the vendor's driver-mode calls an allocation makes
+    # (Ascend's container-share flag, Cambricon's sMLU mode: ``ModeDriver.read/set`` take it).
+    detect: DetectContext | None = None
 
     def pod_dir(self, pod_uid: str, *parts: str) -> str:
         """The host path of a pod's (or one of its containers') working directory."""
