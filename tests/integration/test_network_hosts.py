@@ -20,10 +20,10 @@ from gpustack_operator.discovery.network import (
     rdma_labels,
     read_interfaces,
 )
-from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import DeviceTopology
 from gpustack_operator.manufacturers.groups import Found, build_groups
+from gpustack_operator.node.pci import scan_pci
 from gpustack_operator.settings import Settings
 
 from tests.conftest import host

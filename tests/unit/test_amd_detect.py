@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.amd import cumask
@@ -20,6 +19,7 @@ from gpustack_operator.manufacturers.base import (
     Unmeasured,
     resolve,
 )
+from gpustack_operator.node.pci import scan_pci
 from gpustack_operator.settings import Settings
 
 from tests.conftest import copy_host, host

@@ -15,11 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.ascend import dcmi, detect
 from gpustack_operator.manufacturers.ascend.identity import IDENTITY
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Measured, Unmeasured, resolve
+from gpustack_operator.node.pci import scan_pci
 from gpustack_operator.settings import load_settings
 
 from tests.conftest import empty, host

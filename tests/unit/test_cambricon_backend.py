@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from gpustack_operator.discovery.detect import monitor_node, resolve_manufacturers
-from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Measured, ModeError, ModeState, Unmeasured
 from gpustack_operator.manufacturers.cambricon.detect import mlu_id, parse_neuware_version
 from gpustack_operator.manufacturers.cambricon.modes import SMLU, cnmon_command
+from gpustack_operator.node.pci import scan_pci
 from gpustack_operator.settings import load_settings
 from hypothesis import given
 from hypothesis import strategies as st

@@ -3,7 +3,7 @@
 import contextlib
 
 import pytest
-from gpustack_operator.discovery.cpu import (
+from gpustack_operator.node.cpu import (
     CpuInfoError,
     general_node_key,
     identity_from_cpuinfo,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpustack_operator.discovery.pci import PciScan
 from gpustack_operator.manufacturers.groups import Found, build_groups
+from gpustack_operator.node.pci import PciScan
 from gpustack_operator.settings import Settings
 
 

@@ -5,14 +5,14 @@ value the identity carries into an NFD label is a valid label value."""
 from __future__ import annotations
 
 import pytest
-from gpustack_operator.discovery.cpu import (
+from gpustack_operator.host import HostRoot
+from gpustack_operator.node.cpu import (
     CpuIdentity,
     CpuInfoError,
     identity_from_cpuinfo,
     parse_cpuinfo,
     read_cpu_identity,
 )
-from gpustack_operator.host import HostRoot
 from hypothesis import example, given
 from hypothesis import strategies as st
 

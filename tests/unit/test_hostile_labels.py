@@ -6,26 +6,26 @@ nodes as hostile as the strategies make them. Checked against the API's own rule
 from __future__ import annotations
 
 import pytest
-from gpustack_operator.discovery.cpu import (
+from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
+from gpustack_operator.discovery.network import DeviceInterface, parse_numa_affinity, rdma_labels
+from gpustack_operator.discovery.topology_distance import BusCoordinates
+from gpustack_operator.ledger.models import Accelerator, DevicesGroup
+from gpustack_operator.manufacturers import REGISTRY
+from gpustack_operator.manufacturers.base import resolve
+from gpustack_operator.manufacturers.groups import Found, build_groups
+from gpustack_operator.node.cpu import (
     CpuIdentity,
     CpuInfoError,
     general_node_key,
     identity_from_cpuinfo,
     parse_cpuinfo,
 )
-from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
-from gpustack_operator.discovery.naming import (
+from gpustack_operator.node.naming import (
     group_id,
     normalize_name,
     sanitize_label_value,
 )
-from gpustack_operator.discovery.network import DeviceInterface, parse_numa_affinity, rdma_labels
-from gpustack_operator.discovery.pci import PciDevice, PciScan, parse_hex_id
-from gpustack_operator.discovery.topology_distance import BusCoordinates
-from gpustack_operator.ledger.models import Accelerator, DevicesGroup
-from gpustack_operator.manufacturers import REGISTRY
-from gpustack_operator.manufacturers.base import resolve
-from gpustack_operator.manufacturers.groups import Found, build_groups
+from gpustack_operator.node.pci import PciDevice, PciScan, parse_hex_id
 from gpustack_operator.settings import Settings
 from hypothesis import given
 from hypothesis import strategies as st

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery import pci
 from gpustack_operator.discovery.network import (
     DeviceInterfaceLink,
     InventoryFailed,
@@ -31,6 +30,7 @@ from gpustack_operator.manufacturers import kfd
 from gpustack_operator.manufacturers.amd.cumask import CuMaskTopologyError, check, topology_of
 from gpustack_operator.manufacturers.metax.modes import parse_sched_class, parse_subdevices
 from gpustack_operator.manufacturers.nvidia import values
+from gpustack_operator.node import pci
 from hypothesis import example, given
 from hypothesis import strategies as st
 

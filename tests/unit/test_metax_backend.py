@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from gpustack_operator.discovery.detect import monitor_node, resolve_manufacturers
-from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Measured, ModeError, Unmeasured
 from gpustack_operator.manufacturers.metax.detect import metax_family, parse_drm_nodes
 from gpustack_operator.manufacturers.metax.modes import SGPU, parse_sched_class, parse_subdevices
+from gpustack_operator.node.pci import scan_pci
 from gpustack_operator.settings import load_settings
 from hypothesis import given
 from hypothesis import strategies as st

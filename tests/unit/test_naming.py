@@ -3,7 +3,7 @@
 import itertools
 
 import pytest
-from gpustack_operator.discovery.naming import (
+from gpustack_operator.node.naming import (
     format_binary_si,
     format_memory_suffix,
     group_id,

@@ -4,8 +4,8 @@ import os
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery.pci import parse_hex_id, parse_numa_node, scan_pci
 from gpustack_operator.host import HostRoot
+from gpustack_operator.node.pci import parse_hex_id, parse_numa_node, scan_pci
 from hypothesis import given
 from hypothesis import strategies as st
 

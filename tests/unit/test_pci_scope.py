@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from gpustack_operator.discovery.detect import detect_node, resolve_manufacturers
-from gpustack_operator.discovery.pci import PciClaim, PciReadError, scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import Detected, Unmeasured
+from gpustack_operator.node.pci import PciClaim, PciReadError, scan_pci
 from gpustack_operator.settings import load_settings
 
 from tests.conftest import copy_host, host

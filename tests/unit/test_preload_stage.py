@@ -11,11 +11,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from gpustack_operator.discovery.cpu import CpuIdentity
 from gpustack_operator.discovery.detect import NodeDetection
-from gpustack_operator.discovery.pci import PciScan
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers.base import Detected, Unmeasured
+from gpustack_operator.node.cpu import CpuIdentity
+from gpustack_operator.node.pci import PciScan
 from gpustack_operator.preload import LIB_DIR, StageError, apply, plan, stage_node
 from gpustack_operator.preload.stage import link_stays_inside, validate_member_name, validate_subtree
 from hypothesis import given

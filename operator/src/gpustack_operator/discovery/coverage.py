@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpustack_operator.discovery.pci import PciScan
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import Detected, Dropped, Resolved
+from gpustack_operator.node.pci import PciScan
 from gpustack_operator.settings import Settings
 
 

@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpustack_operator.discovery.coverage import Coverage, coverage
-from gpustack_operator.discovery.cpu import CpuIdentity, CpuInfoError, general_node_key_of, read_cpu_identity
 from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
 from gpustack_operator.discovery.network import InterfaceInventory, InventoryOk, rdma_labels, read_interfaces
-from gpustack_operator.discovery.pci import PciScan, scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
@@ -29,6 +27,8 @@ from gpustack_operator.manufacturers.base import (
     Unmeasured,
     resolve,
 )
+from gpustack_operator.node.cpu import CpuIdentity, CpuInfoError, general_node_key_of, read_cpu_identity
+from gpustack_operator.node.pci import PciScan, scan_pci
 from gpustack_operator.settings import Settings
 
 log = logging.getLogger(__name__)

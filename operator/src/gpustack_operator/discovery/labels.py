@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gpustack_operator.discovery.cpu import CpuIdentity
-from gpustack_operator.discovery.naming import format_binary_si, sanitize_label_value
-from gpustack_operator.discovery.pci import PciScan
 from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.node.cpu import CpuIdentity
+from gpustack_operator.node.naming import format_binary_si, sanitize_label_value
+from gpustack_operator.node.pci import PciScan
 from gpustack_operator.settings import DEFAULT_PCI_CLASS_PREFIXES, PciVendorMatch
 
 NFD_PREFIX = "feature.node.kubernetes.io/"

@@ -38,11 +38,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpustack_operator.discovery.naming import sanitize_label_value
-from gpustack_operator.discovery.pci import BDF, parse_numa_node
 from gpustack_operator.discovery.topology_distance import BusCoordinates, closest_distance
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.ledger.models import CamelModel, DeviceTopology
+from gpustack_operator.node.naming import sanitize_label_value
+from gpustack_operator.node.pci import BDF, parse_numa_node
 
 log = logging.getLogger(__name__)
 

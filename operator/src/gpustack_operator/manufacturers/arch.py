@@ -10,7 +10,7 @@ amdgpu sysfs (the kernel driver does exist for arm64) or a stray library would o
 the reason in ``Detected.driver`` and the log.
 
 The architecture is the node's CPU as ``/proc/cpuinfo`` of the node view states it
-(:attr:`~gpustack_operator.discovery.cpu.CpuIdentity.arch`, the value the detect document prints);
+(:attr:`~gpustack_operator.node.cpu.CpuIdentity.arch`, the value the detect document prints);
 a cpuinfo that cannot be read decides nothing, and detection goes on as on any node.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 
-from gpustack_operator.discovery.cpu import CpuInfoError, read_cpu_identity
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, Detected
+from gpustack_operator.node.cpu import CpuInfoError, read_cpu_identity
 
 log = logging.getLogger(__name__)
 

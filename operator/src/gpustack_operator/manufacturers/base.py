@@ -14,10 +14,10 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from gpustack_operator.discovery.pci import PciDevice, PciScan
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import CamelModel, DevicesGroup
 from gpustack_operator.manufacturers.respond import Partitioner, Responder
+from gpustack_operator.node.pci import PciDevice, PciScan
 from gpustack_operator.settings import (
     PciVendorMatch,
     Settings,

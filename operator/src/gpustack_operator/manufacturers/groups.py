@@ -3,7 +3,7 @@
 A backend produces one :class:`Found` per accelerator it could identify, in its own enumeration
 order; :func:`build_groups` assigns logical indexes (ascending, the order positional injection uses),
 groups accelerators of one model (same name and memory), computes the group ids (one rule,
-:func:`~gpustack_operator.discovery.naming.group_ids`: two groups of a manufacturer never share one --
+:func:`~gpustack_operator.node.naming.group_ids`: two groups of a manufacturer never share one --
 colliding groups carry their memory, as ``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`` would), and fills
 topology from the PCI scan by bus id (NUMA node, CPU affinity, bridges) where the backend did not.
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from gpustack_operator.discovery.naming import group_ids
-from gpustack_operator.discovery.pci import PciScan
 from gpustack_operator.ledger.models import (
     Accelerator,
     AcceleratorLogicalSliced,
@@ -23,6 +21,8 @@ from gpustack_operator.ledger.models import (
     DevicesGroup,
     DeviceTopology,
 )
+from gpustack_operator.node.naming import group_ids
+from gpustack_operator.node.pci import PciScan
 from gpustack_operator.settings import Settings
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from gpustack_operator.discovery.naming import group_id
-from gpustack_operator.discovery.pci import PciDevice
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup, DeviceTopology
 from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
+from gpustack_operator.node.naming import group_id
+from gpustack_operator.node.pci import PciDevice
 
 
 def accelerator_devices(ctx: DetectContext) -> list[PciDevice]:
