@@ -1,6 +1,5 @@
-"""AMD: what the node is read with (imported only when a pass needs this manufacturer)."""
-
 from gpustack_operator.manufacturers.amd.detect import detect, monitor
+from gpustack_operator.manufacturers.amd.respond import RESPONDER
 from gpustack_operator.manufacturers.base import Backend
 
-BACKEND = Backend(detect=detect, monitor=monitor)
+BACKEND = Backend(detect=detect, monitor=monitor, responder=RESPONDER)

@@ -18,6 +18,7 @@ XCC.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -138,6 +139,73 @@ class CuMaskTopology:
         else:
             atom = f"{self.quantum}-CU atom ({self.se} WGPs, one per shader engine)"
         return f"{self.gfx}: {self.cu} CUs, {atom}, smallest slice {self.min_percent}%"
+
+
+# -- placement (the allocator's half: where on the card a window goes) --------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """A CU window ``[lo, hi]`` (inclusive CU indices) on one card."""
+
+    lo: int
+    hi: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+    def mask(self, position: int) -> str:
+        """``HSA_CU_MASK``'s entry for this card at ``position`` in ``ROCR_VISIBLE_DEVICES``."""
+        return f"{position}:{self.lo}-{self.hi}"
+
+
+def merge(windows: Iterable[Window]) -> list[Window]:
+    """Occupancy merged: overlapping or touching windows become one (a CU counts once however many
+    slices hold it)."""
+    merged: list[Window] = []
+    for window in sorted(windows, key=lambda w: (w.lo, w.hi)):
+        if merged and window.lo <= merged[-1].hi + 1:
+            last = merged[-1]
+            merged[-1] = Window(last.lo, max(last.hi, window.hi))
+        else:
+            merged.append(window)
+    return merged
+
+
+def overlap(window: Window, occupied: list[Window]) -> int:
+    """How many of ``window``'s CUs the (merged) occupancy already holds."""
+    return sum(max(0, min(window.hi, o.hi) - max(window.lo, o.lo) + 1) for o in occupied)
+
+
+def place(topology: CuMaskTopology, cus: int, occupied: Iterable[Window]) -> Window:
+    """Where a ``cus``-CU window goes (reference rules §4 "Placement"): the lowest start on the
+    quantum grid that overlaps nothing; on a full card the start that overlaps least, the occupancy
+    merged first (a CU two slices share counts once), ties to the lowest start. ``cus`` is a
+    :meth:`CuMaskTopology.window_cus` answer, so it is a multiple of the quantum and at most the card."""
+    topology.validate()
+    quantum = topology.quantum
+    if cus <= 0 or cus > topology.cu or cus % quantum:
+        raise CuMaskTopologyError(
+            f"cannot place a {cus}-CU window on {topology.gfx!r}: it is not a multiple of its "
+            f"{quantum}-CU quantum within {topology.cu} CUs"
+        )
+    held = merge(occupied)
+    best: tuple[int, int] | None = None  # (overlap, start)
+    for start in range(0, topology.cu - cus + 1, quantum):
+        cost = overlap(Window(start, start + cus - 1), held)
+        if cost == 0:
+            return Window(start, start + cus - 1)
+        if best is None or cost < best[0]:
+            best = (cost, start)
+    assert best is not None  # cus <= cu, so start 0 is always on the grid
+    return Window(best[1], best[1] + cus - 1)
+
+
+def delivered_percent(topology: CuMaskTopology, cus: int) -> str:
+    """The share of the card ``cus`` CUs are, as the log line states it (``"45"``, ``"33.3"``)."""
+    tenths = (cus * 1000 + topology.cu // 2) // topology.cu
+    return str(tenths // 10) if tenths % 10 == 0 else f"{tenths // 10}.{tenths % 10}"
 
 
 def topology_of(gpu: kfd.KfdGpu) -> CuMaskTopology:
