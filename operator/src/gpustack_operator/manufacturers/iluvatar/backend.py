@@ -1,6 +1,8 @@
-"""Iluvatar: what the node is read with (imported only when a pass needs this manufacturer)."""
+"""Iluvatar: what the node is read with and what an allocation is answered with (imported only when
+a pass needs this manufacturer)."""
 
 from gpustack_operator.manufacturers.base import Backend
 from gpustack_operator.manufacturers.iluvatar.detect import detect, monitor
+from gpustack_operator.manufacturers.iluvatar.respond import RESPONDER
 
-BACKEND = Backend(detect=detect, monitor=monitor)
+BACKEND = Backend(detect=detect, monitor=monitor, responder=RESPONDER)
