@@ -115,3 +115,206 @@ XRet hgmlDeviceGetGpuInstancePossiblePlacements_v2(XDevice device, unsigned int 
     *count = k;
     return X_SUCCESS;
 }
+
+/* -- partition calls (NVML's MIG API under the hgml prefix; names assumed, see thead/hgml.py) ------
+ *
+ * State lives in the fixture file so another process (and a second dlopen) sees it:
+ *   device.<i>.gi.<id>=<profile>:<start>:<size>     a live GPU instance ("" once destroyed)
+ *   device.<i>.gi.<id>.ci.<cid>=<ci profile>        a live compute instance ("" once destroyed)
+ *   device.<i>.gi_create_error / ci_create_error=<hgmlReturn_t>   failure injection
+ * GPU instance ids start at 1, compute instance ids at 0 (lowest free); a placement overlapping a
+ * live instance, or not among the profile's placements, is refused. */
+#define X_ERROR_INSUFFICIENT_RESOURCES 8
+#define X_ERROR_IN_USE 19
+
+struct gi_st { int dev, id; };
+struct ci_st { int dev, gi, id; };
+static struct gi_st gis[64];
+static struct ci_st cis[64];
+static int n_gis = 0, n_cis = 0;
+static const unsigned int ci_slices[8] = {1, 2, 3, 4, 7, 8, 6, 5};
+
+typedef struct { XDevice device; unsigned int id, profileId; XGpuInstancePlacement placement; } XGpuInstanceInfo;
+typedef struct {
+    XDevice device;
+    struct gi_st *gpuInstance;
+    unsigned int id, profileId;
+    XGpuInstancePlacement placement;
+} XComputeInstanceInfo;
+typedef struct {
+    unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+} XComputeInstanceProfileInfo;
+
+static const char *gi_state(int dev, unsigned int id) {
+    char field[48];
+    snprintf(field, sizeof field, "gi.%u", id);
+    return kv_dev(dev, field);
+}
+
+static int gi_live(int dev, unsigned int id) {
+    const char *v = gi_state(dev, id);
+    return v && v[0];
+}
+
+static struct gi_st *gi_handle(int dev, int id) {
+    int k;
+    for (k = 0; k < n_gis; k++) {
+        if (gis[k].dev == dev && gis[k].id == id) return &gis[k];
+    }
+    if (n_gis >= 64) return NULL;
+    gis[n_gis].dev = dev;
+    gis[n_gis].id = id;
+    return &gis[n_gis++];
+}
+
+static struct ci_st *ci_handle(int dev, int gi, int id) {
+    int k;
+    for (k = 0; k < n_cis; k++) {
+        if (cis[k].dev == dev && cis[k].gi == gi && cis[k].id == id) return &cis[k];
+    }
+    if (n_cis >= 64) return NULL;
+    cis[n_cis].dev = dev;
+    cis[n_cis].gi = gi;
+    cis[n_cis].id = id;
+    return &cis[n_cis++];
+}
+
+static int gi_valid(struct gi_st *gi) {
+    return initialized && gi >= &gis[0] && gi < &gis[64] && gi_live(gi->dev, (unsigned int)gi->id);
+}
+
+static const char *ci_state(int dev, int gi, int id) {
+    char field[64];
+    snprintf(field, sizeof field, "gi.%d.ci.%d", gi, id);
+    return kv_dev(dev, field);
+}
+
+static int ci_valid(struct ci_st *ci) {
+    const char *v;
+    if (!initialized || ci < &cis[0] || ci >= &cis[64]) return 0;
+    v = ci_state(ci->dev, ci->gi, ci->id);
+    return v && v[0] && gi_live(ci->dev, (unsigned int)ci->gi);
+}
+
+XRet hgmlDeviceCreateGpuInstanceWithPlacement(XDevice device, unsigned int profile,
+                                              const XGpuInstancePlacement *placement, struct gi_st **out) {
+    XGpuInstancePlacement possible[32];
+    unsigned int count = 32, k, id;
+    char field[48], value[64];
+    int i = dev_index(device), ok = 0;
+    XRet rc;
+    if (i < 0 || !placement || !out) return X_ERROR_INVALID_ARGUMENT;
+    rc = (XRet)kv_dev_int(i, "gi_create_error", 0);
+    if (rc) return rc;
+    rc = hgmlDeviceGetGpuInstancePossiblePlacements_v2(device, profile, possible, &count);
+    if (rc) return rc;
+    for (k = 0; k < count; k++) {
+        if (possible[k].start == placement->start && possible[k].size == placement->size) ok = 1;
+    }
+    if (!ok) return X_ERROR_INVALID_ARGUMENT;
+    for (id = 1; id < 32; id++) {
+        unsigned int p, s, n;
+        const char *v = gi_state(i, id);
+        if (!v || !v[0] || sscanf(v, "%u:%u:%u", &p, &s, &n) != 3) continue;
+        if (placement->start < s + n && s < placement->start + placement->size) return X_ERROR_INSUFFICIENT_RESOURCES;
+    }
+    for (id = 1; id < 32 && gi_live(i, id); id++) {
+    }
+    snprintf(field, sizeof field, "gi.%u", id);
+    snprintf(value, sizeof value, "%u:%u:%u", profile, placement->start, placement->size);
+    if (kv_set_dev(i, field, value) != 0) return X_ERROR_UNKNOWN;
+    *out = gi_handle(i, (int)id);
+    return *out ? X_SUCCESS : X_ERROR_UNKNOWN;
+}
+
+XRet hgmlGpuInstanceGetInfo(struct gi_st *gi, XGpuInstanceInfo *info) {
+    unsigned int p, s, n;
+    if (!gi_valid(gi) || !info) return X_ERROR_INVALID_ARGUMENT;
+    if (sscanf(gi_state(gi->dev, (unsigned int)gi->id), "%u:%u:%u", &p, &s, &n) != 3) return X_ERROR_UNKNOWN;
+    info->device = &devs[gi->dev];
+    info->id = (unsigned int)gi->id;
+    info->profileId = p;
+    info->placement.start = s;
+    info->placement.size = n;
+    return X_SUCCESS;
+}
+
+XRet hgmlGpuInstanceGetComputeInstanceProfileInfo(struct gi_st *gi, unsigned int profile, unsigned int eng,
+                                                  XComputeInstanceProfileInfo *info) {
+    unsigned int p, s, n;
+    if (!gi_valid(gi) || !info || eng != 0) return X_ERROR_INVALID_ARGUMENT;
+    if (profile >= 8) return X_ERROR_INVALID_ARGUMENT;
+    if (sscanf(gi_state(gi->dev, (unsigned int)gi->id), "%u:%u:%u", &p, &s, &n) != 3) return X_ERROR_UNKNOWN;
+    if (ci_slices[profile] > n) return X_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = ci_slices[profile];
+    info->instanceCount = n / ci_slices[profile];
+    return X_SUCCESS;
+}
+
+XRet hgmlGpuInstanceCreateComputeInstance(struct gi_st *gi, unsigned int profile, struct ci_st **out) {
+    char field[64], value[16];
+    int id;
+    XRet rc;
+    if (!gi_valid(gi) || !out || profile >= 8) return X_ERROR_INVALID_ARGUMENT;
+    rc = (XRet)kv_dev_int(gi->dev, "ci_create_error", 0);
+    if (rc) return rc;
+    for (id = 0; id < 8; id++) {
+        const char *v = ci_state(gi->dev, gi->id, id);
+        if (!v || !v[0]) break;
+    }
+    if (id == 8) return X_ERROR_INSUFFICIENT_RESOURCES;
+    snprintf(field, sizeof field, "gi.%d.ci.%d", gi->id, id);
+    snprintf(value, sizeof value, "%u", profile);
+    if (kv_set_dev(gi->dev, field, value) != 0) return X_ERROR_UNKNOWN;
+    *out = ci_handle(gi->dev, gi->id, id);
+    return *out ? X_SUCCESS : X_ERROR_UNKNOWN;
+}
+
+XRet hgmlComputeInstanceGetInfo(struct ci_st *ci, XComputeInstanceInfo *info) {
+    if (!ci_valid(ci) || !info) return X_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->device = &devs[ci->dev];
+    info->gpuInstance = gi_handle(ci->dev, ci->gi);
+    info->id = (unsigned int)ci->id;
+    info->profileId = (unsigned int)strtoul(ci_state(ci->dev, ci->gi, ci->id), NULL, 10);
+    return X_SUCCESS;
+}
+
+XRet hgmlDeviceGetGpuInstanceById(XDevice device, unsigned int id, struct gi_st **out) {
+    int i = dev_index(device);
+    if (i < 0 || !out) return X_ERROR_INVALID_ARGUMENT;
+    if (!gi_live(i, id)) return X_ERROR_NOT_FOUND;
+    *out = gi_handle(i, (int)id);
+    return *out ? X_SUCCESS : X_ERROR_UNKNOWN;
+}
+
+XRet hgmlGpuInstanceGetComputeInstanceById(struct gi_st *gi, unsigned int id, struct ci_st **out) {
+    const char *v;
+    if (!gi_valid(gi) || !out) return X_ERROR_INVALID_ARGUMENT;
+    v = ci_state(gi->dev, gi->id, (int)id);
+    if (!v || !v[0]) return X_ERROR_NOT_FOUND;
+    *out = ci_handle(gi->dev, gi->id, (int)id);
+    return *out ? X_SUCCESS : X_ERROR_UNKNOWN;
+}
+
+XRet hgmlComputeInstanceDestroy(struct ci_st *ci) {
+    char field[64];
+    if (!ci_valid(ci)) return X_ERROR_INVALID_ARGUMENT;
+    snprintf(field, sizeof field, "gi.%d.ci.%d", ci->gi, ci->id);
+    return kv_set_dev(ci->dev, field, "") == 0 ? X_SUCCESS : X_ERROR_UNKNOWN;
+}
+
+XRet hgmlGpuInstanceDestroy(struct gi_st *gi) {
+    char field[48];
+    int id;
+    if (!gi_valid(gi)) return X_ERROR_INVALID_ARGUMENT;
+    for (id = 0; id < 8; id++) {
+        const char *v = ci_state(gi->dev, gi->id, id);
+        if (v && v[0]) return X_ERROR_IN_USE;
+    }
+    snprintf(field, sizeof field, "gi.%d", gi->id);
+    return kv_set_dev(gi->dev, field, "") == 0 ? X_SUCCESS : X_ERROR_UNKNOWN;
+}

@@ -125,3 +125,139 @@ class Hgml(NvmlShaped):
 def runtime_version_string(value: int) -> str | None:
     """``12030`` → ``"12.3"`` (``1000 * major + 10 * minor``, as NVML's CUDA version); non-positive → ``None``."""
     return version_string(value)
+
+
+# -- partition calls (create / inspect / destroy a GPU + compute instance) ---------------------------
+#
+# **Assumed** (no HGML header ships with this project): HGML mirrors NVML's MIG API under the ``hgml``
+# prefix with NVML's signatures and struct layouts -- ``hgmlDeviceCreateGpuInstanceWithPlacement``,
+# ``hgmlGpuInstanceGetInfo``, ``hgmlGpuInstanceGetComputeInstanceProfileInfo``,
+# ``hgmlGpuInstanceCreateComputeInstance``, ``hgmlComputeInstanceGetInfo``,
+# ``hgmlDeviceGetGpuInstanceById``, ``hgmlGpuInstanceGetComputeInstanceById``,
+# ``hgmlComputeInstanceDestroy``, ``hgmlGpuInstanceDestroy``. Instance handles are opaque pointers.
+
+COMPUTE_INSTANCE_PROFILE_COUNT = 8  # NVML's NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
+
+
+class _GpuInstanceInfo(ctypes.Structure):
+    _fields_ = [
+        ("device", ctypes.c_void_p),
+        ("id", ctypes.c_uint),
+        ("profileId", ctypes.c_uint),
+        ("placement", _Placement),
+    ]
+
+
+class _ComputeInstanceInfo(ctypes.Structure):
+    _fields_ = [
+        ("device", ctypes.c_void_p),
+        ("gpuInstance", ctypes.c_void_p),
+        ("id", ctypes.c_uint),
+        ("profileId", ctypes.c_uint),
+        ("placement", _Placement),
+    ]
+
+
+class _ComputeInstanceProfileInfo(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint),
+        ("sliceCount", ctypes.c_uint),
+        ("instanceCount", ctypes.c_uint),
+        ("multiprocessorCount", ctypes.c_uint),
+        ("sharedCopyEngineCount", ctypes.c_uint),
+        ("sharedDecoderCount", ctypes.c_uint),
+        ("sharedEncoderCount", ctypes.c_uint),
+        ("sharedJpegCount", ctypes.c_uint),
+        ("sharedOfaCount", ctypes.c_uint),
+    ]
+
+
+@dataclass(frozen=True)
+class GpuInstanceInfo:
+    id: int
+    profile_id: int
+    start: int
+    size: int
+
+
+class HgmlPartitions(Hgml):
+    """:class:`Hgml` plus the partition calls (kept apart so detection binds only what it reads)."""
+
+    # hgmlReturn_t hgmlDeviceCreateGpuInstanceWithPlacement(hgmlDevice_t device, unsigned int profileId,
+    #     const hgmlGpuInstancePlacement_t *placement, hgmlGpuInstance_t *gpuInstance)
+    def create_gpu_instance(self, handle: ctypes.c_void_p, profile: int, start: int, size: int) -> ctypes.c_void_p:
+        placement = _Placement(start=start, size=size)
+        gi = ctypes.c_void_p()
+        argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(_Placement), ctypes.POINTER(ctypes.c_void_p))
+        self._call(
+            "hgmlDeviceCreateGpuInstanceWithPlacement",
+            argtypes,
+            handle,
+            profile,
+            ctypes.byref(placement),
+            ctypes.byref(gi),
+        )
+        return gi
+
+    # hgmlReturn_t hgmlGpuInstanceGetInfo(hgmlGpuInstance_t gpuInstance, hgmlGpuInstanceInfo_t *info)
+    def gpu_instance_info(self, gi: ctypes.c_void_p) -> GpuInstanceInfo:
+        info = _GpuInstanceInfo()
+        self._call(
+            "hgmlGpuInstanceGetInfo", (ctypes.c_void_p, ctypes.POINTER(_GpuInstanceInfo)), gi, ctypes.byref(info)
+        )
+        return GpuInstanceInfo(int(info.id), int(info.profileId), int(info.placement.start), int(info.placement.size))
+
+    # hgmlReturn_t hgmlGpuInstanceGetComputeInstanceProfileInfo(hgmlGpuInstance_t gpuInstance,
+    #     unsigned int profile, unsigned int engProfile, hgmlComputeInstanceProfileInfo_t *info)
+    def compute_instance_profile(self, gi: ctypes.c_void_p, profile: int) -> tuple[int, int]:
+        """(profile id, slice count) of compute-instance profile ``profile`` in ``gi``."""
+        info = _ComputeInstanceProfileInfo()
+        argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(_ComputeInstanceProfileInfo))
+        self._call(
+            "hgmlGpuInstanceGetComputeInstanceProfileInfo",
+            argtypes,
+            gi,
+            profile,
+            COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            ctypes.byref(info),
+        )
+        return int(info.id), int(info.sliceCount)
+
+    # hgmlReturn_t hgmlGpuInstanceCreateComputeInstance(hgmlGpuInstance_t gpuInstance, unsigned int profileId,
+    #     hgmlComputeInstance_t *computeInstance)
+    def create_compute_instance(self, gi: ctypes.c_void_p, profile_id: int) -> ctypes.c_void_p:
+        ci = ctypes.c_void_p()
+        argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p))
+        self._call("hgmlGpuInstanceCreateComputeInstance", argtypes, gi, profile_id, ctypes.byref(ci))
+        return ci
+
+    # hgmlReturn_t hgmlComputeInstanceGetInfo(hgmlComputeInstance_t computeInstance, hgmlComputeInstanceInfo_t *info)
+    def compute_instance_id(self, ci: ctypes.c_void_p) -> int:
+        info = _ComputeInstanceInfo()
+        argtypes = (ctypes.c_void_p, ctypes.POINTER(_ComputeInstanceInfo))
+        self._call("hgmlComputeInstanceGetInfo", argtypes, ci, ctypes.byref(info))
+        return int(info.id)
+
+    # hgmlReturn_t hgmlDeviceGetGpuInstanceById(hgmlDevice_t device, unsigned int id, hgmlGpuInstance_t *gpuInstance)
+    def gpu_instance_by_id(self, handle: ctypes.c_void_p, gi_id: int) -> ctypes.c_void_p:
+        gi = ctypes.c_void_p()
+        argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p))
+        self._call("hgmlDeviceGetGpuInstanceById", argtypes, handle, gi_id, ctypes.byref(gi))
+        return gi
+
+    # hgmlReturn_t hgmlGpuInstanceGetComputeInstanceById(hgmlGpuInstance_t gpuInstance, unsigned int id,
+    #     hgmlComputeInstance_t *computeInstance)
+    def compute_instance_by_id(self, gi: ctypes.c_void_p, ci_id: int) -> ctypes.c_void_p:
+        ci = ctypes.c_void_p()
+        argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p))
+        self._call("hgmlGpuInstanceGetComputeInstanceById", argtypes, gi, ci_id, ctypes.byref(ci))
+        return ci
+
+    # hgmlReturn_t hgmlComputeInstanceDestroy(hgmlComputeInstance_t computeInstance)
+    def destroy_compute_instance(self, ci: ctypes.c_void_p) -> None:
+        self._call("hgmlComputeInstanceDestroy", (ctypes.c_void_p,), ci)
+
+    # hgmlReturn_t hgmlGpuInstanceDestroy(hgmlGpuInstance_t gpuInstance)
+    def destroy_gpu_instance(self, gi: ctypes.c_void_p) -> None:
+        self._call("hgmlGpuInstanceDestroy", (ctypes.c_void_p,), gi)
