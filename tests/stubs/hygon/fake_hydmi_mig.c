@@ -118,3 +118,239 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(void *device, unsigned i
     }
     return NOT_FOUND;
 }
+
+/* -- instance lifecycle (added for the partition responder) -------------------------------------
+ *
+ * The real entry points are NVML's names (the library exports NVML's symbol names, dmi_mig.h v1.3.1);
+ * the argument shapes below are NVML's and are ASSUMED for Hygon where the public sources do not show
+ * them (the GI/CI info structs, the CI profile argument):
+ *
+ *   nvmlDeviceCreateGpuInstanceWithPlacement(device, profileId, const placement *, gpuInstance *)
+ *   nvmlGpuInstanceGetInfo(gpuInstance, {device, id, profileId, {start, size}} *)
+ *   nvmlGpuInstanceCreateComputeInstance(gpuInstance, ciProfile, computeInstance *)
+ *   nvmlComputeInstanceGetInfo(computeInstance, {device, gpuInstance, id, profileId, {start, size}} *)
+ *   nvmlDeviceGetGpuInstanceById(device, id, gpuInstance *)
+ *   nvmlGpuInstanceGetComputeInstanceById(gpuInstance, id, computeInstance *)
+ *   nvmlComputeInstanceDestroy(computeInstance), nvmlGpuInstanceDestroy(gpuInstance)
+ *
+ * State lives in the fixture file (kv_save), so another process -- or a later load -- sees it:
+ *   gi.<dev>.<id>=<profile id>:<start>:<size>     ci.<dev>.<gi>.<id>=<ci profile>
+ * GI ids are driver-assigned from gi_id_base (3 by default, as measured: ids bear no relation to the
+ * placement). With registry=<directory> (the node's /etc/dmi_mig_config on disk) a compute instance's
+ * registry file ci/dev<N>gi<G>ci<C>.conf is written on create (ending "mig_uuid: <uuid>", as the
+ * driver's) and removed on destroy. Failures on demand: create_error, ci_create_error, destroy_error,
+ * registry_skip=1 (the driver wrote no registry file).
+ */
+#include <unistd.h>
+
+typedef struct {
+    void *device;
+    unsigned int id, profileId;
+    GpuInstancePlacement placement;
+} GpuInstanceInfo;
+typedef struct {
+    void *device, *gpuInstance;
+    unsigned int id, profileId;
+    GpuInstancePlacement placement;
+} ComputeInstanceInfo;
+
+enum { INSUFFICIENT_RESOURCES = 23, IN_USE = 19 };
+
+static int kv_set(const char *key, const char *value) {
+    int i;
+    for (i = 0; i < kv_n; i++) {
+        if (strcmp(kv_keys[i], key) == 0) {
+            snprintf(kv_vals[i], sizeof kv_vals[i], "%.255s", value);
+            return kv_save();
+        }
+    }
+    if (kv_n >= KV_MAX) return -1;
+    snprintf(kv_keys[kv_n], sizeof kv_keys[kv_n], "%.95s", key);
+    snprintf(kv_vals[kv_n], sizeof kv_vals[kv_n], "%.255s", value);
+    kv_n++;
+    return kv_save();
+}
+
+static int kv_del(const char *key) {
+    int i;
+    for (i = 0; i < kv_n; i++) {
+        if (strcmp(kv_keys[i], key) == 0) {
+            memmove(kv_keys[i], kv_keys[i + 1], (size_t)(kv_n - i - 1) * sizeof kv_keys[0]);
+            memmove(kv_vals[i], kv_vals[i + 1], (size_t)(kv_n - i - 1) * sizeof kv_vals[0]);
+            kv_n--;
+            return kv_save();
+        }
+    }
+    return -1;
+}
+
+/* handles: a GI is 0x10000 + dev*256 + id, a CI 0x1000000 + dev*65536 + gi*256 + id (never NULL) */
+static void *gi_handle(int dev, unsigned gi) { return (void *)(size_t)(0x10000 + dev * 256 + gi); }
+static int gi_of(void *h, int *dev, unsigned *gi) {
+    long v = (long)(size_t)h - 0x10000;
+    if (v < 0 || v >= 256L * kv_int("devices", 0)) return -1;
+    *dev = (int)(v / 256);
+    *gi = (unsigned)(v % 256);
+    return 0;
+}
+static void *ci_handle(int dev, unsigned gi, unsigned ci) {
+    return (void *)(size_t)(0x1000000 + dev * 65536 + gi * 256 + ci);
+}
+static int ci_of(void *h, int *dev, unsigned *gi, unsigned *ci) {
+    long v = (long)(size_t)h - 0x1000000;
+    if (v < 0 || v >= 65536L * kv_int("devices", 0)) return -1;
+    *dev = (int)(v / 65536);
+    *gi = (unsigned)((v / 256) % 256);
+    *ci = (unsigned)(v % 256);
+    return 0;
+}
+
+static const char *gi_get(int dev, unsigned gi) {
+    char key[64];
+    snprintf(key, sizeof key, "gi.%d.%u", dev, gi);
+    return kv_get(key);
+}
+
+static void registry_file(int dev, unsigned gi, unsigned ci, char *out, size_t n) {
+    snprintf(out, n, "%.3000s/ci/dev%dgi%uci%u.conf", kv_get("registry") ? kv_get("registry") : "", dev, gi, ci);
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(void *device, unsigned int profile_id,
+                                                      const GpuInstancePlacement *placement, void **gpu_instance) {
+    char key[64], val[64];
+    unsigned id, s, z, p;
+    int dev, n, known = 0;
+    kv_load();
+    dev = handle_index(device);
+    if (dev < 0 || !placement || !gpu_instance) return INVALID_ARGUMENT;
+    if (!kv_int("mig", 0)) return NOT_SUPPORTED;
+    if (kv_int("create_error", 0)) return (nvmlReturn_t)kv_int("create_error", 0);
+    for (n = 0; n < kv_int("profiles", 0); n++) known |= profile_int(n, "id", -1) == (long)profile_id;
+    if (!known) return INVALID_ARGUMENT;
+    for (id = 0; id < 256; id++) { /* no overlap with a live GI of this device */
+        const char *v = gi_get(dev, id);
+        if (v && sscanf(v, "%u:%u:%u", &p, &s, &z) == 3 && placement->start < s + z && s < placement->start + placement->size)
+            return INSUFFICIENT_RESOURCES;
+    }
+    for (id = (unsigned)kv_int("gi_id_base", 3); id < 256 && gi_get(dev, id); id++) {}
+    if (id >= 256) return INSUFFICIENT_RESOURCES;
+    snprintf(key, sizeof key, "gi.%d.%u", dev, id);
+    snprintf(val, sizeof val, "%u:%u:%u", profile_id, placement->start, placement->size);
+    kv_set(key, val);
+    *gpu_instance = gi_handle(dev, id);
+    return OK;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(void *gpu_instance, GpuInstanceInfo *info) {
+    int dev;
+    unsigned gi, p, s, z;
+    const char *v;
+    kv_load();
+    if (!info || gi_of(gpu_instance, &dev, &gi)) return INVALID_ARGUMENT;
+    v = gi_get(dev, gi);
+    if (!v || sscanf(v, "%u:%u:%u", &p, &s, &z) != 3) return NOT_FOUND;
+    info->device = (void *)(size_t)(dev + 1);
+    info->id = gi;
+    info->profileId = p;
+    info->placement.start = s;
+    info->placement.size = z;
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(void *device, unsigned int id, void **gpu_instance) {
+    int dev;
+    kv_load();
+    dev = handle_index(device);
+    if (dev < 0 || !gpu_instance) return INVALID_ARGUMENT;
+    if (!gi_get(dev, id)) return NOT_FOUND;
+    *gpu_instance = gi_handle(dev, id);
+    return OK;
+}
+
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void *gpu_instance, unsigned int profile, void **compute_instance) {
+    char key[64], val[32], path[4096];
+    int dev;
+    unsigned gi, ci = 0;
+    FILE *fh;
+    kv_load();
+    if (!compute_instance || gi_of(gpu_instance, &dev, &gi)) return INVALID_ARGUMENT;
+    if (!gi_get(dev, gi)) return NOT_FOUND;
+    if (kv_int("ci_create_error", 0)) return (nvmlReturn_t)kv_int("ci_create_error", 0);
+    snprintf(key, sizeof key, "ci.%d.%u.%u", dev, gi, ci);
+    if (kv_get(key)) return INSUFFICIENT_RESOURCES; /* one CI spans the whole GI */
+    snprintf(val, sizeof val, "%u", profile);
+    kv_set(key, val);
+    if (kv_get("registry") && !kv_int("registry_skip", 0)) {
+        registry_file(dev, gi, ci, path, sizeof path);
+        fh = fopen(path, "w");
+        if (fh) {
+            fprintf(fh, "gi_id: %u\ngi_profile_id: %s\nci_id: %u\nci_profile_id: %u\n", gi, gi_get(dev, gi), ci, profile);
+            fprintf(fh, "mig_uuid: %08x-0000-4000-8000-%012x\n", (unsigned)dev, gi * 256 + ci);
+            fclose(fh);
+        }
+    }
+    *compute_instance = ci_handle(dev, gi, ci);
+    return OK;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(void *gpu_instance, unsigned int id, void **compute_instance) {
+    char key[64];
+    int dev;
+    unsigned gi;
+    kv_load();
+    if (!compute_instance || gi_of(gpu_instance, &dev, &gi)) return INVALID_ARGUMENT;
+    snprintf(key, sizeof key, "ci.%d.%u.%u", dev, gi, id);
+    if (!kv_get(key)) return NOT_FOUND;
+    *compute_instance = ci_handle(dev, gi, id);
+    return OK;
+}
+
+nvmlReturn_t nvmlComputeInstanceGetInfo(void *compute_instance, ComputeInstanceInfo *info) {
+    char key[64];
+    int dev;
+    unsigned gi, ci;
+    kv_load();
+    if (!info || ci_of(compute_instance, &dev, &gi, &ci)) return INVALID_ARGUMENT;
+    snprintf(key, sizeof key, "ci.%d.%u.%u", dev, gi, ci);
+    if (!kv_get(key)) return NOT_FOUND;
+    memset(info, 0, sizeof *info);
+    info->device = (void *)(size_t)(dev + 1);
+    info->gpuInstance = gi_handle(dev, gi);
+    info->id = ci;
+    info->profileId = (unsigned)kv_int(key, 0);
+    return OK;
+}
+
+nvmlReturn_t nvmlComputeInstanceDestroy(void *compute_instance) {
+    char key[64], path[4096];
+    int dev;
+    unsigned gi, ci;
+    kv_load();
+    if (ci_of(compute_instance, &dev, &gi, &ci)) return INVALID_ARGUMENT;
+    if (kv_int("destroy_error", 0)) return (nvmlReturn_t)kv_int("destroy_error", 0);
+    snprintf(key, sizeof key, "ci.%d.%u.%u", dev, gi, ci);
+    if (!kv_get(key)) return NOT_FOUND;
+    kv_del(key);
+    if (kv_get("registry")) {
+        registry_file(dev, gi, ci, path, sizeof path);
+        unlink(path);
+    }
+    return OK;
+}
+
+nvmlReturn_t nvmlGpuInstanceDestroy(void *gpu_instance) {
+    char key[64];
+    int dev, i;
+    unsigned gi;
+    kv_load();
+    if (gi_of(gpu_instance, &dev, &gi)) return INVALID_ARGUMENT;
+    if (kv_int("destroy_error", 0)) return (nvmlReturn_t)kv_int("destroy_error", 0);
+    if (!gi_get(dev, gi)) return NOT_FOUND;
+    for (i = 0; i < 256; i++) { /* a GI with a compute instance left is in use */
+        snprintf(key, sizeof key, "ci.%d.%u.%d", dev, gi, i);
+        if (kv_get(key)) return IN_USE;
+    }
+    snprintf(key, sizeof key, "gi.%d.%u", dev, gi);
+    kv_del(key);
+    return OK;
+}

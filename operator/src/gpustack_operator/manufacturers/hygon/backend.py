@@ -1,6 +1,6 @@
-"""Hygon: what the node is read with (imported only when a pass needs this manufacturer)."""
-
 from gpustack_operator.manufacturers.base import Backend
 from gpustack_operator.manufacturers.hygon.detect import detect, monitor
+from gpustack_operator.manufacturers.hygon.partition import partitioner
+from gpustack_operator.manufacturers.hygon.respond import RESPONDER
 
-BACKEND = Backend(detect=detect, monitor=monitor)
+BACKEND = Backend(detect=detect, monitor=monitor, responder=RESPONDER, partitioner=partitioner)

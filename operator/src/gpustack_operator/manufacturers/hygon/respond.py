@@ -1,0 +1,293 @@
+"""Hygon's responder: what one container is injected with (spec "Exclusive and shared",
+"Partitioned", "Positional injection order"; supplement §1.4, §1.6, §6.1; reference rules §9).
+
+Hygon has no container runtime in the path, so the allocator injects the device nodes itself, for
+every family (supplement §6.1: ``/dev/kfd``, ``/dev/mkfd``, ``/dev/dri/card*``, ``/dev/dri/renderD*``):
+
+* ``/dev/kfd`` once, and each granted DCU's ``/dev/dri/card<N>`` and ``/dev/dri/renderD<M>`` -- all
+  required. ``N``/``M`` are read at allocation from the node view, as detection reads them: the
+  DCU's KFD node (by its ``unique_id``, the accelerator id) names its render minor, whose device
+  ``drm/`` directory lists the card (hydcu is amdgpu's fork, :mod:`..kfd`);
+* ``/dev/mkfd`` once when the node has it (DTK's hyhal management node, held by the vendor's
+  ``hymgr``; the MIG material lists it among a partition's three nodes). A node without it is served
+  without it and the response logs that: the fixture DTK trees do not carry it and the driver alone
+  does not create it.
+
+``EXCLUSIVE``, ``SHARED`` and ``VISIBILITY`` of a whole-card owner are exactly that.
+
+``SLICED`` (one DCU only -- the admission rule, refused otherwise) adds a ``vdev0.conf``
+(:mod:`.vdev`) in the container's own directory ``<pods_dir>/<uid>/<container>/hygon-vdev/``,
+mounted read-only at ``/etc/vdev/docker/`` (supplement §1.6). Its CU bits are the lowest the other
+slices on the card do not hold, its ``vdev_id`` the lowest free node-wide, its ``pipe_id`` the lowest
+free on the card -- read from every other container's file under the pods directory, a file that
+cannot be read failing the allocation closed. A retried container whose ``vdev0.conf`` already names
+the same DCU keeps its slot (same file, same ids -- the spec: "a slot is reused only when the file at
+that path already names the same accelerator"); one naming another DCU is placed afresh.
+
+``PARTITIONED`` (and ``VISIBILITY`` of a partition-backed owner) injects the instance the allocator
+materialised through :class:`.partition.DmiPartitioner`: its registry file
+``/etc/dmi_mig_config/ci/dev<N>gi<G>ci<C>.conf`` bind-mounted read-only at its own host path (the
+runtime scans that directory by absolute path), ``DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>`` (the vendor's
+selector, set unconditionally: it is the grant), the parent DCU's nodes as above, and the host's
+``/opt/hyhal`` read-only at the same path when the node has it (measured: a DTK image's bundled copy
+lacks ``libhydmi.so`` and sees no device without the host's). The registry file must exist in the
+node view -- a recorded instance whose file is gone is not live, so it fails closed.
+"""
+
+from __future__ import annotations
+
+from gpustack_operator.host import HostPathError, HostRoot
+from gpustack_operator.manufacturers import kfd
+from gpustack_operator.manufacturers.hygon import partition, vdev
+from gpustack_operator.manufacturers.respond import (
+    Family,
+    Grant,
+    Granted,
+    Injection,
+    RefusedError,
+    RespondContext,
+    require_devices,
+)
+
+KFD_DEVICE = "/dev/kfd"
+MKFD_DEVICE = "/dev/mkfd"
+VDEV_SUBDIR = "hygon-vdev"
+VDEV_FILE = "vdev0.conf"
+VDEV_MOUNT = "/etc/vdev/docker"
+HYHAL_DIR = "/opt/hyhal"
+MIG_VISIBLE = "DMI_MIG_VISIBLE_DEVICE"
+
+
+def kfd_gpus(view: HostRoot) -> dict[str, kfd.KfdGpu]:
+    """Every GPU node of the KFD topology by accelerator id (an unreadable node is skipped; the DCU
+    it would have named is then refused as not found)."""
+    try:
+        nodes = kfd.read_nodes(view)
+    except kfd.KfdError as exc:
+        raise RefusedError(f"hygon: the KFD topology cannot be read ({exc}); is the hydcu driver loaded?") from None
+    gpus: dict[str, kfd.KfdGpu] = {}
+    for node in nodes:
+        if not node.is_gpu:
+            continue
+        try:
+            gpu = kfd.gpu_of(node)
+        except kfd.KfdError:
+            continue
+        if gpu.unique_id:
+            gpus[gpu.uuid] = gpu
+    return gpus
+
+
+def gpu_for(gpus: dict[str, kfd.KfdGpu], granted: Granted) -> kfd.KfdGpu:
+    gpu = gpus.get(granted.id)
+    if gpu is None:
+        raise RefusedError(
+            f"hygon DCU {granted.id} (index {granted.index}): no KFD node of this node names it, so its device "
+            "nodes are unknown; was the driver reloaded? (the detector will re-read it)"
+        )
+    return gpu
+
+
+def drm_nodes(view: HostRoot, granted: Granted, gpu: kfd.KfdGpu) -> list[str]:
+    try:
+        indexes = kfd.physical_indexes(view, gpu.render_minor)
+    except kfd.KfdError as exc:
+        raise RefusedError(f"hygon DCU {granted.id}: its DRM nodes cannot be read ({exc})") from None
+    if len(indexes) != 2:
+        raise RefusedError(
+            f"hygon DCU {granted.id}: sysfs lists no card and render node under "
+            f"/sys/class/drm/renderD{gpu.render_minor}/device/drm; is the hydcu driver loaded?"
+        )
+    return [f"/dev/dri/card{indexes[0]}", f"/dev/dri/renderD{indexes[1]}"]
+
+
+def inject_nodes(injection: Injection, ctx: RespondContext, grant: Grant, gpus: dict[str, kfd.KfdGpu]) -> None:
+    paths = [KFD_DEVICE]
+    for granted in grant.accelerators:
+        paths.extend(drm_nodes(ctx.view, granted, gpu_for(gpus, granted)))
+    require_devices(ctx.view, paths, f"hygon {grant.container.label}")
+    if ctx.view.exists(MKFD_DEVICE):
+        paths.insert(1, MKFD_DEVICE)
+    else:
+        injection.log.append(f"hygon: {MKFD_DEVICE} does not exist on this node; injected without it")
+    for path in paths:
+        injection.add_device(path)
+
+
+# -- sliced: vdev0.conf ----------------------------------------------------------------------------
+
+
+def vdev_dir(ctx: RespondContext, pod_uid: str, container: str) -> str:
+    return ctx.pod_dir(pod_uid, container, VDEV_SUBDIR)
+
+
+def neighbours(ctx: RespondContext, own_dir: str) -> list[vdev.Vdev]:
+    """Every other container's ``vdev*.conf`` on this node; one that cannot be read fails closed."""
+    pods = ctx.pods_dir.rstrip("/")
+    found: list[vdev.Vdev] = []
+    if not ctx.host.is_dir(pods):
+        return found
+    for uid in listing(ctx.host, pods):
+        if not ctx.host.is_dir(f"{pods}/{uid}"):
+            continue
+        for container in listing(ctx.host, f"{pods}/{uid}"):
+            directory = f"{pods}/{uid}/{container}/{VDEV_SUBDIR}"
+            if directory == own_dir or not ctx.host.is_dir(directory):
+                continue
+            for name in listing(ctx.host, directory):
+                if not (name.startswith("vdev") and name.endswith(".conf")):
+                    continue
+                path = f"{directory}/{name}"
+                try:
+                    found.append(vdev.parse(ctx.host.read_text(path)))
+                except (HostPathError, ValueError) as exc:
+                    raise RefusedError(
+                        f"hygon: another slice's config {path} cannot be read ({exc}); the CUs and ids it holds are "
+                        "unknown, so no slice is placed (remove the file if its pod is gone)"
+                    ) from None
+    return found
+
+
+def listing(host: HostRoot, path: str) -> list[str]:
+    try:
+        return host.listdir(path)
+    except HostPathError as exc:
+        raise RefusedError(f"hygon: {path} cannot be listed ({exc.strerror}), so the slices held are unknown") from None
+
+
+def earlier(ctx: RespondContext, path: str, bus_id: str) -> vdev.Vdev | None:
+    """The container's own file from an earlier attempt, when it names the same DCU."""
+    try:
+        text = ctx.host.read_optional(path)
+    except HostPathError:
+        return None
+    if text is None:
+        return None
+    try:
+        mine = vdev.parse(text)
+    except ValueError:
+        return None
+    return mine if mine.pci_bus_id == bus_id else None
+
+
+def place_vdev(ctx: RespondContext, grant: Grant, granted: Granted, cus: int) -> tuple[str, vdev.Vdev]:
+    budget = grant.budget
+    if budget is None:
+        raise RefusedError(f"hygon {grant.container.label}: a sliced grant without a budget (an allocator bug)")
+    bus_id = granted.accelerator.topology.pci_bus_id.lower()
+    if not bus_id:
+        raise RefusedError(f"hygon DCU {granted.id}: it reports no PCI bus id, which vdev.conf names it by")
+    directory = vdev_dir(ctx, grant.container.pod_uid, grant.container.container)
+    path = f"{directory}/{VDEV_FILE}"
+    percent = budget.cores_percent if budget.cores_percent > 0 else 100
+    count = vdev.cu_count(percent, cus)
+    others = neighbours(ctx, directory)
+    mine = earlier(ctx, path, bus_id)
+    if mine is not None and mine.cu_count == count and mine.memory_mib == budget.memory_mib:
+        return directory, mine  # the slot is this container's already
+    on_card = [o for o in others if o.pci_bus_id == bus_id]
+    held = 0
+    for other in on_card:
+        held |= other.cu_mask
+    mask = vdev.lowest_free_bits(count, cus, held)
+    if mask is None:
+        free = cus - (held & ((1 << cus) - 1)).bit_count()
+        raise RefusedError(
+            f"hygon DCU {granted.id}: {percent}% is {count} of its {cus} CUs, but other slices hold all but {free}; "
+            "Hygon slices do not overlap"
+        )
+    vdev_id = keep(mine.vdev_id if mine else None, [o.vdev_id for o in others], vdev.MAX_VDEV_ID)
+    if vdev_id is None:
+        raise RefusedError(f"hygon: every vdev_id (0-{vdev.MAX_VDEV_ID - 1}) on this node is held by another slice")
+    pipe_id = keep(mine.pipe_id if mine else None, [o.pipe_id for o in on_card], vdev.MAX_PIPE_ID)
+    if pipe_id is None:
+        raise RefusedError(
+            f"hygon DCU {granted.id}: every pipe_id (0-{vdev.MAX_PIPE_ID - 1}) on it is held by another slice"
+        )
+    config = vdev.Vdev(
+        pci_bus_id=bus_id,
+        cu_mask=mask,
+        cu_count=count,
+        memory_mib=budget.memory_mib,
+        device_id=granted.index,
+        vdev_id=vdev_id,
+        pipe_id=pipe_id,
+    )
+    try:
+        ctx.host.makedirs(directory)
+        ctx.host.write_text(path, config.render())
+    except HostPathError as exc:
+        raise RefusedError(f"hygon: {path} cannot be written ({exc.strerror})") from None
+    return directory, config
+
+
+def keep(previous: int | None, used: list[int], limit: int) -> int | None:
+    """The container's earlier id when still free, else the lowest free one."""
+    if previous is not None and previous not in used and previous < limit:
+        return previous
+    return vdev.lowest_free(used, limit)
+
+
+def inject_sliced(injection: Injection, ctx: RespondContext, grant: Grant, gpus: dict[str, kfd.KfdGpu]) -> None:
+    if len(grant.accelerators) != 1:
+        raise RefusedError(
+            f"hygon {grant.container.label}: a sliced request is admitted for exactly one DCU "
+            f"(vdev0.conf models one), this grant names {len(grant.accelerators)}; request one slice per container"
+        )
+    (granted,) = grant.accelerators
+    gpu = gpu_for(gpus, granted)
+    directory, config = place_vdev(ctx, grant, granted, gpu.cu_count)
+    injection.add_mount(VDEV_MOUNT, directory)
+    injection.log.append(
+        f"hygon DCU {granted.id}: vdev_id {config.vdev_id}, pipe_id {config.pipe_id}, {config.cu_count} CUs, "
+        f"{config.memory_mib} MiB"
+    )
+
+
+# -- partitioned ----------------------------------------------------------------------------------
+
+
+def inject_partition(injection: Injection, ctx: RespondContext, grant: Grant) -> None:
+    instance = grant.partition
+    if instance is None:
+        raise RefusedError(f"hygon {grant.container.label}: a partition grant without its instance (an allocator bug)")
+    if len(grant.accelerators) != 1 or grant.accelerators[0].id != instance.accelerator:
+        raise RefusedError(
+            f"hygon {grant.container.label}: a container sees exactly one Hygon partition, on its own DCU "
+            f"(the grant names {len(grant.accelerators)} accelerator(s) for {instance.uuid})"
+        )
+    registry = instance.registry_file
+    if not registry or not registry.startswith(f"{partition.MIG_CONFIG_DIR}/"):
+        raise RefusedError(
+            f"hygon: partition {instance.uuid} records no registry file under {partition.MIG_CONFIG_DIR}"
+        )
+    if not ctx.view.exists(registry):
+        raise RefusedError(
+            f"hygon: partition {instance.uuid}: its registry file {registry} does not exist on this node, so the "
+            "instance is gone; the allocator materialises a new one when the Pod is recreated"
+        )
+    injection.add_mount(registry, registry)
+    injection.envs[MIG_VISIBLE] = instance.uuid
+    if ctx.view.is_dir(HYHAL_DIR):
+        injection.add_mount(HYHAL_DIR, HYHAL_DIR)
+    else:
+        injection.log.append(f"hygon: {HYHAL_DIR} is not on this node; the image must bring a MIG-capable hyhal")
+
+
+class HygonResponder:
+    families = frozenset({Family.EXCLUSIVE, Family.SHARED, Family.SLICED, Family.PARTITIONED, Family.VISIBILITY})
+
+    def respond(self, grant: Grant, ctx: RespondContext) -> Injection:
+        if not grant.accelerators:
+            raise RefusedError(f"hygon {grant.container.label}: a grant of no accelerator")
+        injection = Injection()
+        gpus = kfd_gpus(ctx.view)
+        inject_nodes(injection, ctx, grant, gpus)  # first: no slice is written for a DCU that cannot be given
+        if grant.family is Family.PARTITIONED or (grant.family is Family.VISIBILITY and grant.partition is not None):
+            inject_partition(injection, ctx, grant)
+        elif grant.family is Family.SLICED:
+            inject_sliced(injection, ctx, grant, gpus)
+        return injection
+
+
+RESPONDER = HygonResponder()
