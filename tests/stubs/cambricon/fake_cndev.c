@@ -12,7 +12,10 @@
  *   device.<i>.util / temperature / power      device.<i>.smlu=0|1
  *   device.<i>.smlu_get_error / smlu_set_error=<cndevRet_t>
  *
- * Built with -DFAKE_CNDEV_NO_SMLU it lacks the two sMLU entry points, as an older library does.
+ *   device.<i>.profiles / profile.<id> / smlu.<id> / profile_create_error / instance_create_error
+ *   (the sMLU profile and instance calls, documented at their definitions below)
+ *
+ * Built with -DFAKE_CNDEV_NO_SMLU it lacks every sMLU entry point, as an older library does.
  */
 #include "../common/fixture.h" /* the fixture store; first, as it defines _GNU_SOURCE */
 #include <stdint.h>
@@ -233,5 +236,156 @@ cndevRet_t cndevSetSMLUMode(cndevSMLUMode_t *mode, cndevDevice_t device) {
     if (rc) return rc;
     if (kv_set_dev(device, "smlu", mode->smluMode ? "1" : "0") != 0) return CNDEV_ERROR_UNKNOWN;
     return CNDEV_SUCCESS;
+}
+/* -- sMLU profiles and instances (cndev.h names; state in the fixture file) ------------------------
+ *   device.<i>.profiles=<n>                     device.<i>.profile.<id>=<quota>:<memory bytes>:<total>:<remain>
+ *   device.<i>.smlu.<id>=<profile id>:<name>    a live instance (id from 1; "" once destroyed)
+ *   device.<i>.profile_create_error / instance_create_error=<cndevRet_t>
+ * An instance's node is /dev/cambricon-caps/cap_dev<i>_mi<id>; its handle is id << 8 | i. */
+typedef struct { int32_t version; uint32_t mluQuota; uint64_t memorySize; } cndevSMluSet_t;
+typedef struct { int32_t version; int32_t count; int32_t profileId[128]; } cndevSMluProfileIdInfo_t;
+typedef struct {
+    int32_t version, profileId;
+    char name[100];
+    uint32_t totalCapacity, remainCapacity, mluQuota[2];
+    uint64_t memorySize[2];
+} cndevSMluProfileInfo_t;
+typedef struct {
+    int32_t version, profileId, instanceId;
+    uint8_t uuid[37];
+    int32_t domain, bus, device, function;
+    char profileName[100], instanceName[100], devNodeName[100];
+    uint32_t mluQuota[2];
+    uint64_t memorySize[2];
+    uint32_t reserved[128];
+} cndevSMluInfo_t;
+
+static int profile_fields(int dev, int id, unsigned *quota, unsigned long long *mem, unsigned *total, unsigned *remain) {
+    char field[48];
+    const char *v;
+    snprintf(field, sizeof field, "profile.%d", id);
+    v = kv_dev(dev, field);
+    if (!v || sscanf(v, "%u:%llu:%u:%u", quota, mem, total, remain) != 4) return -1;
+    return 0;
+}
+
+cndevRet_t cndevGetSMluProfileIdInfo(cndevSMluProfileIdInfo_t *ids, cndevDevice_t device) {
+    int rc = check_device(device), k, n;
+    if (rc) return rc;
+    if (!ids) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(ids->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    n = (int)kv_dev_int(device, "profiles", 0);
+    ids->count = 0;
+    for (k = 0; k < n && k < 128; k++) ids->profileId[ids->count++] = k;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetSMluProfileInfo(cndevSMluProfileInfo_t *info, int profile, cndevDevice_t device) {
+    unsigned quota, total, remain;
+    unsigned long long mem;
+    int rc = check_device(device);
+    if (rc) return rc;
+    if (!info) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(info->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    if (profile_fields(device, profile, &quota, &mem, &total, &remain)) return 14; /* NOT_FOUND */
+    memset(&info->profileId, 0, sizeof *info - sizeof info->version);
+    info->profileId = profile;
+    snprintf(info->name, sizeof info->name, "%u.%llugb", quota, mem >> 30);
+    info->totalCapacity = total;
+    info->remainCapacity = remain;
+    info->mluQuota[0] = quota;
+    info->memorySize[0] = mem;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevCreateSMluProfileInfo(cndevSMluSet_t *spec, int *profileId, cndevDevice_t device) {
+    char field[48], value[96], count[16];
+    int rc = check_device(device), n;
+    if (rc) return rc;
+    if (!spec || !profileId) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(spec->version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    rc = (int)kv_dev_int(device, "profile_create_error", 0);
+    if (rc) return rc;
+    if (!kv_dev_int(device, "smlu", 0)) return 10; /* NOT_SUPPORTED outside sMLU mode */
+    n = (int)kv_dev_int(device, "profiles", 0);
+    snprintf(field, sizeof field, "profile.%d", n);
+    snprintf(value, sizeof value, "%u:%llu:16:16", spec->mluQuota, (unsigned long long)spec->memorySize);
+    snprintf(count, sizeof count, "%d", n + 1);
+    if (kv_set_dev(device, field, value) || kv_set_dev(device, "profiles", count)) return CNDEV_ERROR_UNKNOWN;
+    *profileId = n;
+    return CNDEV_SUCCESS;
+}
+
+static const char *smlu_state(int dev, int id) {
+    char field[48];
+    snprintf(field, sizeof field, "smlu.%d", id);
+    return kv_dev(dev, field);
+}
+
+cndevRet_t cndevCreateSMluInstanceByProfileId(int32_t *miHandle, unsigned int profileId, cndevDevice_t device,
+                                              char *instanceName) {
+    unsigned quota, total, remain;
+    unsigned long long mem;
+    char field[48], value[160];
+    int rc = check_device(device), id, k;
+    if (rc) return rc;
+    if (!miHandle) return CNDEV_ERROR_INVALID_ARGUMENT;
+    rc = (int)kv_dev_int(device, "instance_create_error", 0);
+    if (rc) return rc;
+    if (profile_fields(device, (int)profileId, &quota, &mem, &total, &remain)) return 14;
+    if (remain == 0) return 9; /* INSUFFICIENT_SPACE */
+    for (k = 1; k < 128; k++) {
+        const char *v = smlu_state(device, k), *colon;
+        if (v && v[0] && instanceName && instanceName[0] && (colon = strchr(v, ':')) && !strcmp(colon + 1, instanceName))
+            return 16; /* DUPLICATE */
+    }
+    for (id = 1; id < 128; id++) {
+        const char *v = smlu_state(device, id);
+        if (!v || !v[0]) break;
+    }
+    snprintf(field, sizeof field, "smlu.%d", id);
+    snprintf(value, sizeof value, "%u:%.100s", profileId, instanceName ? instanceName : "");
+    if (kv_set_dev(device, field, value)) return CNDEV_ERROR_UNKNOWN;
+    snprintf(field, sizeof field, "profile.%u", profileId);
+    snprintf(value, sizeof value, "%u:%llu:%u:%u", quota, mem, total, remain - 1);
+    if (kv_set_dev(device, field, value)) return CNDEV_ERROR_UNKNOWN;
+    *miHandle = (id << 8) | device;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevGetAllSMluInstanceInfo(int *count, cndevSMluInfo_t *infos, cndevDevice_t device) {
+    int rc = check_device(device), id, n = 0;
+    if (rc) return rc;
+    if (!count || !infos) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (bad_version(infos[0].version)) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    for (id = 1; id < 128; id++) {
+        const char *v = smlu_state(device, id), *colon;
+        unsigned profile;
+        if (!v || !v[0] || sscanf(v, "%u", &profile) != 1) continue;
+        if (n >= *count) return 9;
+        colon = strchr(v, ':');
+        memset(&infos[n], 0, sizeof infos[n]);
+        infos[n].version = 6;
+        infos[n].profileId = (int32_t)profile;
+        infos[n].instanceId = id;
+        snprintf((char *)infos[n].uuid, sizeof infos[n].uuid, "smlu-%d-%d", device, id);
+        snprintf(infos[n].instanceName, sizeof infos[n].instanceName, "%.99s", colon ? colon + 1 : "");
+        snprintf(infos[n].devNodeName, sizeof infos[n].devNodeName, "/dev/cambricon-caps/cap_dev%d_mi%d", device, id);
+        n++;
+    }
+    *count = n;
+    return CNDEV_SUCCESS;
+}
+
+cndevRet_t cndevDestroySMluInstanceByHandle(int32_t miHandle) {
+    char field[48];
+    int device = miHandle & 0xff, id = miHandle >> 8;
+    int rc = check_device(device);
+    const char *v;
+    if (rc) return rc;
+    v = smlu_state(device, id);
+    if (!v || !v[0]) return 14;
+    snprintf(field, sizeof field, "smlu.%d", id);
+    return kv_set_dev(device, field, "") ? CNDEV_ERROR_UNKNOWN : CNDEV_SUCCESS;
 }
 #endif

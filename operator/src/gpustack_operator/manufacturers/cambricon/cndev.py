@@ -16,6 +16,7 @@ sMLU mode must tell apart from a driver refusal.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 from gpustack_operator.host.libs import Binding, LibraryCallError, MissingEntryPointError, c_text
 
@@ -242,3 +243,139 @@ class CnDev(Binding):
     def set_smlu_mode(self, handle: int, enabled: bool) -> None:
         mode = _SMLUMode(version=CNDEV_VERSION_6, smluMode=CNDEV_FEATURE_ENABLED if enabled else CNDEV_FEATURE_DISABLED)
         self._call("cndevSetSMLUMode", (ctypes.POINTER(_SMLUMode), ctypes.c_int32), ctypes.byref(mode), handle)
+
+
+# -- sMLU profiles and instances (the sliced allocation) -----------------------------------------------
+#
+# Names, signatures and layouts as cndev.h declares them (CNDEV_VERSION_6; Cambricon's
+# cambricon-k8s-device-plugin headers and its cndev binding, which calls exactly these):
+# ``cndevGetSMluProfileIdInfo``, ``cndevGetSMluProfileInfo``, ``cndevCreateSMluProfileInfo``,
+# ``cndevCreateSMluInstanceByProfileId``, ``cndevGetAllSMluInstanceInfo``,
+# ``cndevDestroySMluInstanceByHandle``. Profile memory sizes are in bytes. **Assumed** (the plugin's
+# own reading, not a documented rule): an instance handle is ``instanceId << 8 | card slot``.
+
+SMLU_NAME_SIZE = 100
+SMLU_MAX = 0  # cndevSMluItemEnum_t CNDEV_SMLU_MAX: index of the maximum in the [max, usage] pairs
+
+
+class _SMluSet(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("mluQuota", ctypes.c_uint32), ("memorySize", ctypes.c_uint64)]
+
+
+class _SMluProfileIdInfo(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("count", ctypes.c_int32), ("profileId", ctypes.c_int32 * 128)]
+
+
+class _SMluProfileInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("profileId", ctypes.c_int32),
+        ("name", ctypes.c_char * SMLU_NAME_SIZE),
+        ("totalCapacity", ctypes.c_uint32),
+        ("remainCapacity", ctypes.c_uint32),
+        ("mluQuota", ctypes.c_uint32 * 2),
+        ("memorySize", ctypes.c_uint64 * 2),
+    ]
+
+
+class _SMluInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("profileId", ctypes.c_int32),
+        ("instanceId", ctypes.c_int32),
+        ("uuid", ctypes.c_uint8 * 37),
+        ("domain", ctypes.c_int32),
+        ("bus", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("function", ctypes.c_int32),
+        ("profileName", ctypes.c_char * SMLU_NAME_SIZE),
+        ("instanceName", ctypes.c_char * SMLU_NAME_SIZE),
+        ("devNodeName", ctypes.c_char * SMLU_NAME_SIZE),
+        ("mluQuota", ctypes.c_uint32 * 2),
+        ("memorySize", ctypes.c_uint64 * 2),
+        ("reserved", ctypes.c_uint32 * 128),
+    ]
+
+
+@dataclass(frozen=True)
+class SmluProfile:
+    id: int
+    name: str
+    quota: int  # percent of the card's MLU cores
+    memory_bytes: int
+    remain: int
+
+
+@dataclass(frozen=True)
+class SmluInstance:
+    profile_id: int
+    instance_id: int
+    name: str
+    dev_node: str
+    uuid: str
+
+
+class CnDevSmlu(CnDev):
+    """:class:`CnDev` plus the sMLU profile/instance calls."""
+
+    # cndevRet_t cndevGetSMluProfileIdInfo(cndevSMluProfileIdInfo_t *profileId, cndevDevice_t device)
+    # cndevRet_t cndevGetSMluProfileInfo(cndevSMluProfileInfo_t *profileInfo, int profile, cndevDevice_t device)
+    def smlu_profiles(self, handle: int) -> list[SmluProfile]:
+        ids = _SMluProfileIdInfo(version=CNDEV_VERSION_6)
+        argtypes = (ctypes.POINTER(_SMluProfileIdInfo), ctypes.c_int32)
+        self._call("cndevGetSMluProfileIdInfo", argtypes, ctypes.byref(ids), handle)
+        profiles = []
+        for pid in list(ids.profileId)[: max(0, min(int(ids.count), 128))]:
+            info = _SMluProfileInfo(version=CNDEV_VERSION_6)
+            argtypes2 = (ctypes.POINTER(_SMluProfileInfo), ctypes.c_int, ctypes.c_int32)
+            self._call("cndevGetSMluProfileInfo", argtypes2, ctypes.byref(info), pid, handle)
+            profiles.append(
+                SmluProfile(
+                    id=int(pid),
+                    name=c_text(bytes(info.name)),
+                    quota=int(info.mluQuota[SMLU_MAX]),
+                    memory_bytes=int(info.memorySize[SMLU_MAX]),
+                    remain=int(info.remainCapacity),
+                )
+            )
+        return profiles
+
+    # cndevRet_t cndevCreateSMluProfileInfo(cndevSMluSet_t *profileInfo, int *profileId, cndevDevice_t device)
+    def create_smlu_profile(self, handle: int, quota: int, memory_bytes: int) -> int:
+        spec = _SMluSet(version=CNDEV_VERSION_6, mluQuota=quota, memorySize=memory_bytes)
+        pid = ctypes.c_int()
+        argtypes = (ctypes.POINTER(_SMluSet), ctypes.POINTER(ctypes.c_int), ctypes.c_int32)
+        self._call("cndevCreateSMluProfileInfo", argtypes, ctypes.byref(spec), ctypes.byref(pid), handle)
+        return int(pid.value)
+
+    # cndevRet_t cndevCreateSMluInstanceByProfileId(cndevMluInstance_t *miHandle, unsigned int profileId,
+    #                                               cndevDevice_t device, char *instanceName)
+    def create_smlu_instance(self, handle: int, profile_id: int, name: str) -> int:
+        instance = ctypes.c_int32()
+        argtypes = (ctypes.POINTER(ctypes.c_int32), ctypes.c_uint, ctypes.c_int32, ctypes.c_char_p)
+        self._call(
+            "cndevCreateSMluInstanceByProfileId", argtypes, ctypes.byref(instance), profile_id, handle, name.encode()
+        )
+        return int(instance.value)
+
+    # cndevRet_t cndevGetAllSMluInstanceInfo(int *count, cndevSMluInfo_t *smluInfo, cndevDevice_t device)
+    def smlu_instances(self, handle: int) -> list[SmluInstance]:
+        count = ctypes.c_int(128)
+        infos = (_SMluInfo * 128)()
+        infos[0].version = CNDEV_VERSION_6
+        argtypes = (ctypes.POINTER(ctypes.c_int), ctypes.POINTER(_SMluInfo), ctypes.c_int32)
+        self._call("cndevGetAllSMluInstanceInfo", argtypes, ctypes.byref(count), infos, handle)
+        return [
+            SmluInstance(
+                profile_id=int(info.profileId),
+                instance_id=int(info.instanceId),
+                name=c_text(bytes(info.instanceName)),
+                dev_node=c_text(bytes(info.devNodeName)),
+                uuid=c_text(bytes(info.uuid)),
+            )
+            for info in list(infos)[: max(0, min(int(count.value), 128))]
+        ]
+
+    # cndevRet_t cndevDestroySMluInstanceByHandle(cndevMluInstance_t miHandle)
+    def destroy_smlu_instance(self, instance: int) -> None:
+        self._call("cndevDestroySMluInstanceByHandle", (ctypes.c_int32,), instance)

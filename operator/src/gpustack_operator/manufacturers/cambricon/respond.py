@@ -1,0 +1,239 @@
+"""Cambricon's responder (issue 10): device nodes injected by this layer, as the vendor plugin does by
+default (spec "Exclusive and shared"; supplement §1.4, §1.6).
+
+Whole-card families (exclusive, shared, visibility): per granted card, at its driver index ``N``
+(``physicalIndexes[0]``, the cnDev enumeration position): ``/dev/cambricon_dev<N>`` (required: a card
+the host exposes none for fails the allocation), then the optional per-card nodes the host exposes
+(``/dev/cambricon_ipcm<N>``, ``/dev/commu<N>``, ``/dev/cmsg_ctrl<N>``, ``/dev/cambr-msgq:<N>``,
+``/dev/cambr-rpc:<N>``, the cambricon-k8s-device-plugin's set), and the node-level control nodes once
+per response (``/dev/cambricon_ctl``, ``/dev/cambricon_gdr``, where present).
+``CAMBRICON_VISIBLE_DEVICES`` carries the driver indexes, for a deployment that runs the vendor runtime.
+
+Sliced (sMLU): sMLU mode is enabled through :data:`~.modes.SMLU` (read first, written only when off,
+never turned off here; no sMLU API → refused with no command; any other write failure names the PCI
+address and cnDev index and suggests ``cnmon set -c <index> -smlu on``). Then an sMLU profile with
+``mluQuota`` = cores % and ``memorySize`` = the VRAM budget is reused (same figures, capacity left) or
+created, and an instance of it is made under a name derived from the pod uid, container and card, so a
+retried container finds its own instance instead of making a second (idempotent). The response carries
+the card's node, its ipcm node where present, the instance's own node (required) and the control nodes,
+plus ``VIRTUAL_DEVICES`` = ``<dev>,<ipcm>,<instance node>`` per card (``;``-separated), the vendor
+runtime's form for ``--use-runtime`` deployments (sMLU has no CDI); ``CAMBRICON_VISIBLE_DEVICES`` is not
+set, since it would hand such a runtime the whole card. The instance is recorded in the container's
+working directory (``smlu.json``) for the reclaimer, which destroys it once the Pod is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Iterator
+
+from gpustack_operator.host import HostPathError
+from gpustack_operator.host.libs import LibraryLoadError, find_library, load_library
+from gpustack_operator.manufacturers.base import ModeError
+from gpustack_operator.manufacturers.cambricon.cndev import CndevError, CnDevSmlu, MissingSymbolError, SmluInstance
+from gpustack_operator.manufacturers.cambricon.detect import LIBRARY, mlu_id
+from gpustack_operator.manufacturers.cambricon.modes import NO_API, SMLU
+from gpustack_operator.manufacturers.respond import (
+    Code,
+    Family,
+    Grant,
+    Granted,
+    Injection,
+    RefusedError,
+    RespondContext,
+)
+
+VISIBLE = "CAMBRICON_VISIBLE_DEVICES"
+VIRTUAL = "VIRTUAL_DEVICES"
+CONTROL_NODES = ("/dev/cambricon_ctl", "/dev/cambricon_gdr")
+PER_CARD_OPTIONAL = (
+    "/dev/cambricon_ipcm{}",
+    "/dev/commu{}",
+    "/dev/cmsg_ctrl{}",
+    "/dev/cambr-msgq:{}",
+    "/dev/cambr-rpc:{}",
+)
+RECORD = "smlu.json"
+MIB = 1 << 20
+
+
+def driver_index(granted: Granted) -> int:
+    return granted.driver_index()
+
+
+def card_node(index: int) -> str:
+    return f"/dev/cambricon_dev{index}"
+
+
+def _card(ctx: RespondContext, injection: Injection, granted: Granted, optional: tuple[str, ...]) -> None:
+    index = driver_index(granted)
+    node = card_node(index)
+    if not ctx.view.exists(node):
+        raise RefusedError(
+            f"Cambricon MLU {granted.id}: device node {node} does not exist on this node; is the MLU driver loaded?"
+        )
+    injection.add_device(node)
+    for pattern in optional:
+        path = pattern.format(index)
+        if ctx.view.exists(path):
+            injection.add_device(path)
+
+
+def _control(ctx: RespondContext, injection: Injection) -> None:
+    for path in CONTROL_NODES:
+        if ctx.view.exists(path):
+            injection.add_device(path)
+
+
+def instance_name(grant: Grant, granted: Granted) -> str:
+    digest = hashlib.sha256(f"{grant.container.pod_uid}/{grant.container.container}/{granted.id}".encode()).hexdigest()
+    return f"gpustack-{digest[:24]}"
+
+
+@contextlib.contextmanager
+def _cndev(ctx: RespondContext, what: str) -> Iterator[CnDevSmlu]:
+    path = find_library(ctx.view, LIBRARY)
+    if path is None:
+        raise RefusedError(f"{what}: {NO_API}: libcndev.so is not on this node; the allocation is refused")
+    try:
+        cn = CnDevSmlu(load_library(path))
+        cn.init()
+    except (LibraryLoadError, CndevError) as exc:
+        raise RefusedError(f"{what}: CNDev at {path} did not initialise: {exc}", code=Code.UNAVAILABLE) from None
+    try:
+        yield cn
+    finally:
+        with contextlib.suppress(CndevError):
+            cn.release()
+
+
+def _no_api(what: str, exc: MissingSymbolError) -> RefusedError:
+    return RefusedError(f"{what}: {NO_API}: {exc}; the allocation is refused and no command can add it")
+
+
+def ensure_smlu(grant: Grant, ctx: RespondContext, injection: Injection) -> None:
+    if ctx.detect is None:
+        raise RefusedError("Cambricon sMLU mode cannot be read: this allocator was started without a detection context")
+    for granted in grant.accelerators:
+        group = granted.group.model_copy(update={"accelerators": [granted.accelerator]})
+        try:
+            (state,) = SMLU.read(ctx.detect, [group])
+            if not state.declared:
+                raise RefusedError(f"Cambricon MLU {granted.id}: {state.detail}")
+            if state.enabled is not True:
+                change = SMLU.set(ctx.detect, state, True)
+                injection.log.append(f"cambricon: sMLU mode turned on for {granted.id} ({change.command})")
+        except ModeError as exc:
+            raise RefusedError(f"Cambricon MLU {granted.id}: {exc}") from None
+
+
+def _find(cn: CnDevSmlu, handle: int, name: str) -> SmluInstance | None:
+    return next((i for i in cn.smlu_instances(handle) if i.name == name), None)
+
+
+def _instance(cn: CnDevSmlu, grant: Grant, granted: Granted, cores: int, memory_mib: int) -> tuple[SmluInstance, int]:
+    """This container's instance on ``granted`` (found by name, else made), and its profile id."""
+    what = f"Cambricon MLU {granted.id}"
+    index = driver_index(granted)
+    name = instance_name(grant, granted)
+    try:
+        handle = cn.handle(index)
+        if mlu_id(cn.uuid(handle)) != granted.id:
+            raise RefusedError(f"{what}: cnDev index {index} now names another card; re-run detection")
+        existing = _find(cn, handle, name)
+        if existing is not None:
+            return existing, existing.profile_id
+        memory_bytes = memory_mib * MIB
+        profile = next(
+            (
+                p
+                for p in cn.smlu_profiles(handle)
+                if p.quota == cores and p.memory_bytes == memory_bytes and p.remain > 0
+            ),
+            None,
+        )
+        pid = profile.id if profile is not None else cn.create_smlu_profile(handle, cores, memory_bytes)
+        cn.create_smlu_instance(handle, pid, name)
+        made = _find(cn, handle, name)
+    except MissingSymbolError as exc:
+        raise _no_api(what, exc) from None
+    except CndevError as exc:
+        raise RefusedError(
+            f"{what}: the sMLU instance ({cores}% cores, {memory_mib} MiB) could not be made: {exc}"
+        ) from None
+    if made is None:
+        raise RefusedError(f"{what}: cnDev made an sMLU instance {name} but does not list it", code=Code.INTERNAL)
+    return made, pid
+
+
+def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> None:
+    budget = grant.budget
+    if budget is None:
+        raise RefusedError("a Cambricon sliced allocation carries no slice budget", code=Code.INTERNAL)
+    for granted in grant.accelerators:  # the card nodes are required before anything is made
+        if not ctx.view.exists(card_node(driver_index(granted))):
+            raise RefusedError(
+                f"Cambricon MLU {granted.id}: device node {card_node(driver_index(granted))} does not exist on this "
+                "node; is the MLU driver loaded?"
+            )
+    ensure_smlu(grant, ctx, injection)
+    virtual: list[str] = []
+    records: list[dict[str, object]] = []
+    with _cndev(ctx, f"Cambricon {grant.container.label}") as cn:
+        for granted in grant.accelerators:
+            instance, pid = _instance(cn, grant, granted, budget.cores_percent, budget.memory_mib)
+            index = driver_index(granted)
+            if not instance.dev_node or not ctx.view.exists(instance.dev_node):
+                raise RefusedError(
+                    f"Cambricon MLU {granted.id}: the sMLU instance's device node {instance.dev_node or '(none)'} "
+                    "does not exist on this node"
+                )
+            _card(ctx, injection, granted, ("/dev/cambricon_ipcm{}",))
+            injection.add_device(instance.dev_node)
+            ipcm = f"/dev/cambricon_ipcm{index}"
+            virtual.append(",".join([card_node(index), ipcm, instance.dev_node]))
+            records.append(
+                {
+                    "accelerator": granted.id,
+                    "index": index,
+                    "profile": pid,
+                    "instance": instance.instance_id,
+                    "handle": instance.instance_id << 8 | index,
+                    "name": instance.name,
+                    "node": instance.dev_node,
+                }
+            )
+    _control(ctx, injection)
+    injection.envs[VIRTUAL] = ";".join(virtual)
+    directory = ctx.pod_dir(grant.container.pod_uid, grant.container.container)
+    try:
+        ctx.host.makedirs(directory)
+        ctx.host.write_text(f"{directory}/{RECORD}", json.dumps({"instances": records}, indent=2) + "\n")
+    except HostPathError as exc:
+        raise RefusedError(f"the sMLU instance record {directory}/{RECORD} cannot be written: {exc}") from None
+
+
+class CambriconResponder:
+    families = frozenset({Family.EXCLUSIVE, Family.SHARED, Family.SLICED, Family.VISIBILITY})
+
+    def respond(self, grant: Grant, ctx: RespondContext) -> Injection:
+        if grant.family not in self.families:
+            raise RefusedError(f"Cambricon serves no {grant.family} allocation")
+        if not grant.accelerators:
+            raise RefusedError("a Cambricon allocation names no MLU")
+        injection = Injection()
+        if grant.family is Family.SLICED:
+            respond_sliced(grant, ctx, injection)
+            return injection
+        for granted in grant.accelerators:
+            _card(ctx, injection, granted, PER_CARD_OPTIONAL)
+        _control(ctx, injection)
+        injection.envs[VISIBLE] = ",".join(str(driver_index(g)) for g in grant.accelerators)
+        return injection
+
+
+RESPONDER = CambriconResponder()
+
+__all__ = ["RESPONDER", "CambriconResponder", "instance_name"]
