@@ -1,0 +1,168 @@
+"""The node's pods as the allocator reads them, listed through the official ``kubernetes`` client.
+
+:func:`make_api_client` picks the connection the way client-go's ``BuildConfigFromFlags`` does, an
+explicit flag first: ``--kubeconfig`` (with ``--kube-api-server`` overriding its server), else
+``--kube-api-server`` alone, else the in-cluster service account when ``KUBERNETES_SERVICE_HOST`` is set
+(the DaemonSet), else the file ``KUBECONFIG`` names. :class:`NodePods` lists the pods bound to one node
+(``spec.nodeName=<node>``) with a timeout and converts each ``V1Pod`` into the allocator's
+:class:`~gpustack_operator.allocator.pods.PodSpec`; any failure is
+:class:`~gpustack_operator.allocator.pods.PodsUnavailableError` naming the endpoint and the error (an
+allocation that cannot identify its container is refused, never guessed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from gpustack_operator.allocator.pods import ContainerSpec, PodSpec, PodsUnavailableError
+
+log = logging.getLogger(__name__)
+
+LIST_TIMEOUT = 5.0  # seconds for one list of the node's pods (connect + read)
+
+
+class KubeConfigError(ValueError):
+    """No usable connection to the API server could be built (names the source and the remedy)."""
+
+
+def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.client.ApiClient:
+    """A ``kubernetes.client.ApiClient`` (see the module docstring for the order of sources). Raises
+    :class:`KubeConfigError`."""
+    config = kubernetes.client.Configuration()
+    try:
+        if kubeconfig:
+            if not os.path.isfile(kubeconfig):
+                raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)  # type: ignore[no-untyped-call]
+            source = f"kubeconfig {kubeconfig}"
+        elif server:
+            source = "--kube-api-server"
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+            source = "the in-cluster service account"
+        elif os.environ.get("KUBECONFIG"):
+            path = os.environ["KUBECONFIG"].split(os.pathsep)[0]
+            kubernetes.config.load_kube_config(config_file=path, client_configuration=config)  # type: ignore[no-untyped-call]
+            source = f"kubeconfig {path} (KUBECONFIG)"
+        else:
+            raise KubeConfigError(
+                "no API server to list the node's pods from: not in a cluster (KUBERNETES_SERVICE_HOST is unset) "
+                "and neither --kubeconfig, KUBECONFIG nor --kube-api-server names one"
+            )
+    except kubernetes.config.ConfigException as exc:
+        raise KubeConfigError(f"the API-server configuration could not be loaded: {exc}") from None
+    if server:
+        if not server.startswith(("http://", "https://")):
+            raise KubeConfigError(f"--kube-api-server {server!r} is not a URL; use https://host:port")
+        config.host = server.rstrip("/")
+    config.retries = 0  # one attempt per list: the caller's timeout is the whole budget
+    log.info("API server %s (from %s)", config.host, source)
+    return kubernetes.client.ApiClient(configuration=config)
+
+
+# -- V1Pod → PodSpec -------------------------------------------------------------------------------
+
+
+def _epoch(value: datetime | str | None) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _env(entries: Iterable[Any] | None) -> dict[str, str]:
+    """Literal ``env:`` values; a ``valueFrom`` entry is present with ``""`` (never-overwrite still sees
+    the name, spec "Sliced")."""
+    env: dict[str, str] = {}
+    for entry in entries or ():
+        env[entry.name] = "" if entry.value_from is not None else (entry.value or "")
+    return env
+
+
+def _resources(resources: Any) -> dict[str, str]:
+    """``requests`` ∪ ``limits`` as quantity strings, limits winning (an extended resource's request
+    equals its limit)."""
+    if resources is None:
+        return {}
+    merged: dict[str, str] = {k: str(v) for k, v in (resources.requests or {}).items()}
+    merged.update({k: str(v) for k, v in (resources.limits or {}).items()})
+    return merged
+
+
+def _container(container: Any, *, init: bool) -> ContainerSpec:
+    return ContainerSpec(
+        name=container.name, env=_env(container.env), resources=_resources(container.resources), init=init
+    )
+
+
+def pod_spec(pod: Any) -> PodSpec:
+    """One ``V1Pod`` as the allocator reads it (init containers first, marked ``init``)."""
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    containers = tuple(_container(c, init=True) for c in (spec.init_containers or ())) + tuple(
+        _container(c, init=False) for c in (spec.containers or ())
+    )
+    annotations: Mapping[str, str] = dict(meta.annotations or {})
+    return PodSpec(
+        uid=meta.uid or "",
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        created=_epoch(meta.creation_timestamp),
+        phase=(status.phase if status is not None and status.phase else "Pending"),
+        node=spec.node_name,
+        runtime_class=spec.runtime_class_name,
+        deleting=meta.deletion_timestamp is not None,
+        annotations=annotations,
+        containers=containers,
+    )
+
+
+class NodePods:
+    """The pods bound to ``node``, freshly listed on every call (``PodSource.node_pods``)."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, node: str, timeout: float = LIST_TIMEOUT) -> None:
+        if not node:
+            raise KubeConfigError("the node name is empty: pass --node-name or set KUBERNETES_NODE_NAME")
+        self.api = kubernetes.client.CoreV1Api(api_client)
+        self.endpoint = str(api_client.configuration.host)
+        self.node = node
+        self.timeout = timeout
+
+    def __call__(self) -> list[PodSpec]:
+        return self.list()
+
+    def list(self) -> list[PodSpec]:
+        """Raises :class:`PodsUnavailableError` naming the endpoint and the error."""
+        try:
+            answer = self.api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node}", _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            reason = f"HTTP {exc.status} {exc.reason}".strip()
+            raise PodsUnavailableError(self._failed(reason)) from None
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise PodsUnavailableError(self._failed(f"{type(exc).__name__}: {_first_line(exc)}")) from None
+        try:
+            return [pod_spec(p) for p in answer.items or ()]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise PodsUnavailableError(self._failed(f"an unreadable pod list ({type(exc).__name__}: {exc})")) from None
+
+    def _failed(self, reason: str) -> str:
+        return f"the pods of node {self.node} could not be listed from the API server at {self.endpoint}: {reason}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+__all__ = ["LIST_TIMEOUT", "KubeConfigError", "NodePods", "make_api_client", "pod_spec"]
