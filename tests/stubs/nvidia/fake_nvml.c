@@ -40,6 +40,20 @@
  *
  * nvmlDeviceSetMigMode persists mig_current / mig_pending by rewriting that device's lines in the
  * data file, so tests that change a mode must work on a copy of the fixture node.
+ *
+ * MIG instances (issue 10, the partitioner): on a device whose mig_current=1, GPU instances are
+ * created at a placement of one of its gi_profile lines (nvmlDeviceCreateGpuInstance[WithPlacement]:
+ * an illegal placement is NVML_ERROR_INVALID_ARGUMENT, one overlapping a live instance or beyond the
+ * profile's instance count NVML_ERROR_INSUFFICIENT_RESOURCES), compute instances inside them (the
+ * compute profiles are derived from the GPU instance's slice count: 1, 2, 3, 4, 7, 8, 6 slices for
+ * NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE .. _6_SLICE, those that fit), and each compute instance is a
+ * MIG device (nvmlDeviceGetMaxMigDeviceCount / GetMigDeviceHandleByIndex / GetGpuInstanceId /
+ * GetComputeInstanceId / GetUUID / GetHandleByUUID) whose UUID "MIG-..." is derived from the parent
+ * UUID and the two instance ids. A GPU instance holding compute instances refuses to be destroyed
+ * (NVML_ERROR_IN_USE). Failure injection in a device section: create_gi_error, create_ci_error,
+ * destroy_gi_error, destroy_ci_error. The instances live in process memory and are mirrored in
+ * "<data file>.instances" (re-read at every nvmlInit, like the data file), so a second process --
+ * or the next session of this one -- sees them; tests that create instances work on a copy.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -56,6 +70,8 @@ enum {
     NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
@@ -176,6 +192,7 @@ typedef struct nvmlDevice_st {
     long long util_gpu, util_memory, temperature, power_mw;
     long long handle_error, uuid_error, name_error, pci_error, memory_error, utilization_error;
     long long temperature_error, power_error, mig_error, set_mig_error;
+    long long create_gi_error, create_ci_error, destroy_gi_error, destroy_ci_error;
     int nprofiles;
     profile_t profiles[MAX_PROFILES];
 } device_t;
@@ -255,6 +272,8 @@ static void set_device_key(device_t *d, const char *key, const char *value) {
         {"memory_error", &d->memory_error}, {"utilization_error", &d->utilization_error},
         {"temperature_error", &d->temperature_error}, {"power_error", &d->power_error},
         {"mig_error", &d->mig_error}, {"set_mig_error", &d->set_mig_error},
+        {"create_gi_error", &d->create_gi_error}, {"create_ci_error", &d->create_ci_error},
+        {"destroy_gi_error", &d->destroy_gi_error}, {"destroy_ci_error", &d->destroy_ci_error},
     };
     if (!strcmp(key, "name")) {
         snprintf(d->name, sizeof(d->name), "%s", value);
@@ -390,6 +409,136 @@ static const profile_t *profile_by_id(const device_t *d, unsigned int id) {
     return NULL;
 }
 
+/* -- MIG instances ------------------------------------------------------------------------------ */
+
+#define MAX_GIS 64
+#define MAX_CIS 128
+#define CI_PROFILE_COUNT 7 /* NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE .. _6_SLICE */
+static const unsigned int ci_profile_slices[CI_PROFILE_COUNT] = {1, 2, 3, 4, 7, 8, 6};
+
+typedef struct nvmlGpuInstance_st {
+    int used;
+    int device; /* ordinal */
+    unsigned int id, profile_id, start, size;
+} gi_t;
+
+typedef struct nvmlComputeInstance_st {
+    int used;
+    int device;
+    unsigned int gi_id, id, profile_id, slices;
+} ci_t;
+
+typedef gi_t *nvmlGpuInstance_t;
+typedef ci_t *nvmlComputeInstance_t;
+
+static gi_t gis[MAX_GIS];
+static ci_t cis[MAX_CIS];
+
+static gi_t *gi_of(nvmlGpuInstance_t gi) {
+    return (gi && gi >= gis && gi < gis + MAX_GIS && gi->used) ? gi : NULL;
+}
+
+static ci_t *ci_of(nvmlComputeInstance_t ci) {
+    return (ci && ci >= cis && ci < cis + MAX_CIS && ci->used) ? ci : NULL;
+}
+
+/* A MIG device handle is a compute instance seen as an nvmlDevice_t. */
+static ci_t *mig_of(nvmlDevice_t device) {
+    void *p = (void *)device;
+    return ci_of((ci_t *)p);
+}
+
+static nvmlDevice_t as_device(ci_t *ci) { return (nvmlDevice_t)(void *)ci; }
+
+static gi_t *gi_by_id(int device, unsigned int id) {
+    for (int i = 0; i < MAX_GIS; i++)
+        if (gis[i].used && gis[i].device == device && gis[i].id == id) return &gis[i];
+    return NULL;
+}
+
+static unsigned long long fnv1a(const char *text, unsigned long long seed) {
+    unsigned long long h = 1469598103934665603ULL ^ seed;
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        h ^= *c;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static void mig_uuid(const ci_t *ci, char *out, size_t size) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s/%u/%u", data.devices[ci->device].uuid, ci->gi_id, ci->id);
+    unsigned long long a = fnv1a(key, 0), b = fnv1a(key, 0x9e3779b97f4a7c15ULL);
+    snprintf(out, size, "MIG-%08llx-%04llx-%04llx-%04llx-%012llx", a >> 32, (a >> 16) & 0xffff, a & 0xffff,
+             b >> 48, b & 0xffffffffffffULL);
+}
+
+static nvmlReturn_t mig_handle_by_uuid(const char *uuid, nvmlDevice_t *device) {
+    char text[96];
+    for (int i = 0; i < MAX_CIS; i++) {
+        if (!cis[i].used) continue;
+        mig_uuid(&cis[i], text, sizeof(text));
+        if (!strcmp(text, uuid)) {
+            *device = as_device(&cis[i]);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static const char *instances_path(void) {
+    static char path[4200];
+    snprintf(path, sizeof(path), "%s.instances", fixture_path());
+    return path;
+}
+
+static int device_by_uuid(const char *uuid) {
+    for (int i = 0; i < data.ndevices; i++)
+        if (!strcmp(data.devices[i].uuid, uuid)) return i;
+    return -1;
+}
+
+/* Re-read the instances another session (or process) left: "gi <parent uuid> <id> <profile id>
+ * <start> <size>" and "ci <parent uuid> <gi id> <id> <profile id> <slices>" lines. */
+static void load_instances(void) {
+    memset(gis, 0, sizeof(gis));
+    memset(cis, 0, sizeof(cis));
+    FILE *f = fopen(instances_path(), "r");
+    if (!f) return;
+    char line[512], uuid[96];
+    int ngi = 0, nci = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned int a, b, c, d;
+        if (sscanf(line, "gi %95s %u %u %u %u", uuid, &a, &b, &c, &d) == 5 && ngi < MAX_GIS) {
+            int dev = device_by_uuid(uuid);
+            if (dev < 0) continue;
+            gis[ngi++] = (gi_t){1, dev, a, b, c, d};
+        } else if (sscanf(line, "ci %95s %u %u %u %u", uuid, &a, &b, &c, &d) == 5 && nci < MAX_CIS) {
+            int dev = device_by_uuid(uuid);
+            if (dev < 0) continue;
+            cis[nci++] = (ci_t){1, dev, a, b, c, d};
+        }
+    }
+    fclose(f);
+}
+
+static int persist_instances(void) {
+    char tmp[4300];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", instances_path());
+    FILE *out = fopen(tmp, "w");
+    if (!out) return -1;
+    for (int i = 0; i < MAX_GIS; i++)
+        if (gis[i].used)
+            fprintf(out, "gi %s %u %u %u %u\n", data.devices[gis[i].device].uuid, gis[i].id, gis[i].profile_id,
+                    gis[i].start, gis[i].size);
+    for (int i = 0; i < MAX_CIS; i++)
+        if (cis[i].used)
+            fprintf(out, "ci %s %u %u %u %u\n", data.devices[cis[i].device].uuid, cis[i].gi_id, cis[i].id,
+                    cis[i].profile_id, cis[i].slices);
+    if (fclose(out) != 0) return -1;
+    return rename(tmp, instances_path());
+}
+
 /* -- the NVML API ------------------------------------------------------------------------------ */
 
 const char *nvmlErrorString(nvmlReturn_t result) {
@@ -416,6 +565,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case 19: return "In use by another client";
     case 20: return "Insufficient Memory";
     case 21: return "No data";
+    case 23: return "Insufficient Resources";
     case 25: return "Argument version mismatch";
     case 27: return "Not Ready";
     case 28: return "GPU not found";
@@ -429,6 +579,7 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     if (init_count == 0) {
         if (load_data() != 0) return NVML_ERROR_UNKNOWN;
         if (data.init_error) return (nvmlReturn_t)data.init_error;
+        load_instances();
     }
     init_count++;
     return NVML_SUCCESS;
@@ -483,6 +634,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     REQUIRE_INIT();
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!strncmp(uuid, "MIG-", 4)) return mig_handle_by_uuid(uuid, device);
     for (int i = 0; i < data.ndevices; i++) {
         device_t *d = &data.devices[i];
         if (!d->uuid_error && !d->handle_error && !strcmp(d->uuid, uuid)) {
@@ -500,6 +652,12 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    REQUIRE_INIT();
+    if (mig_of(device)) {
+        char text[96];
+        mig_uuid(mig_of(device), text, sizeof(text));
+        return copy_string(uuid, length, text);
+    }
     REQUIRE_DEVICE(device);
     if (device->uuid_error) return (nvmlReturn_t)device->uuid_error;
     return copy_string(uuid, length, device->uuid);
@@ -744,5 +902,383 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, 
     }
     memcpy(placements, p->placements, p->nplacements * sizeof(*placements));
     *count = p->nplacements;
+    return NVML_SUCCESS;
+}
+
+/* -- MIG GPU / compute instances ---------------------------------------------------------------- */
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct {
+    unsigned int start;
+    unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+typedef struct {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+#define nvmlComputeInstanceProfileInfo_v2 0x02000088u
+_Static_assert(sizeof(nvmlComputeInstanceProfileInfo_v2_t) == (nvmlComputeInstanceProfileInfo_v2 & 0xffffff),
+               "nvmlComputeInstanceProfileInfo_v2_t size");
+
+static int mig_enabled(const device_t *d) { return d->mig_current == 1; }
+
+static nvmlReturn_t create_gi(nvmlDevice_t device, unsigned int profileId, unsigned int start, int any_start,
+                              nvmlGpuInstance_t *out) {
+    if (!mig_enabled(device)) return NVML_ERROR_NOT_SUPPORTED;
+    if (device->create_gi_error) return (nvmlReturn_t)device->create_gi_error;
+    const profile_t *p = profile_by_id(device, profileId);
+    if (!p) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int live = 0, used_ids[MAX_GIS + 1] = {0};
+    unsigned char busy[64] = {0};
+    for (int i = 0; i < MAX_GIS; i++) {
+        const gi_t *g = &gis[i];
+        if (!g->used || g->device != device->ordinal) continue;
+        if (g->profile_id == profileId) live++;
+        if (g->id <= MAX_GIS) used_ids[g->id] = 1;
+        for (unsigned int s = g->start; s < g->start + g->size && s < sizeof(busy); s++) busy[s] = 1;
+    }
+    if (live >= p->instances) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    const nvmlGpuInstancePlacement_t *chosen = NULL;
+    for (unsigned int i = 0; i < p->nplacements; i++) {
+        const nvmlGpuInstancePlacement_t *pl = &p->placements[i];
+        if (!any_start && pl->start != start) continue;
+        int free_slot = 1;
+        for (unsigned int s = pl->start; s < pl->start + pl->size && s < sizeof(busy); s++)
+            if (busy[s]) free_slot = 0;
+        if (!free_slot) {
+            if (!any_start) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+            continue;
+        }
+        chosen = pl;
+        break;
+    }
+    if (!chosen) return any_start ? NVML_ERROR_INSUFFICIENT_RESOURCES : NVML_ERROR_INVALID_ARGUMENT;
+    gi_t *slot = NULL;
+    for (int i = 0; i < MAX_GIS && !slot; i++)
+        if (!gis[i].used) slot = &gis[i];
+    if (!slot) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    unsigned int id = 1;
+    while (id <= MAX_GIS && used_ids[id]) id++;
+    *slot = (gi_t){1, device->ordinal, id, profileId, chosen->start, chosen->size};
+    if (persist_instances() != 0) {
+        slot->used = 0;
+        return NVML_ERROR_UNKNOWN;
+    }
+    *out = slot;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                      const nvmlGpuInstancePlacement_t *placement,
+                                                      nvmlGpuInstance_t *gpuInstance) {
+    REQUIRE_DEVICE(device);
+    if (!placement || !gpuInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    const profile_t *p = profile_by_id(device, profileId);
+    if (p) { /* the size must be the profile's own at that start */
+        int legal = 0;
+        for (unsigned int i = 0; i < p->nplacements; i++)
+            if (p->placements[i].start == placement->start && p->placements[i].size == placement->size) legal = 1;
+        if (!legal && mig_enabled(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return create_gi(device, profileId, placement->start, 0, gpuInstance);
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId,
+                                         nvmlGpuInstance_t *gpuInstance) {
+    REQUIRE_DEVICE(device);
+    if (!gpuInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    return create_gi(device, profileId, 0, 1, gpuInstance);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance) {
+    REQUIRE_DEVICE(device);
+    if (!gpuInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_enabled(device)) return NVML_ERROR_NOT_SUPPORTED;
+    gi_t *g = gi_by_id(device->ordinal, id);
+    if (!g) return NVML_ERROR_NOT_FOUND;
+    *gpuInstance = g;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances,
+                                       unsigned int *count) {
+    REQUIRE_DEVICE(device);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_enabled(device)) return NVML_ERROR_NOT_SUPPORTED;
+    if (!profile_by_id(device, profileId)) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0;
+    for (int i = 0; i < MAX_GIS; i++) {
+        if (!gis[i].used || gis[i].device != device->ordinal || gis[i].profile_id != profileId) continue;
+        if (gpuInstances) gpuInstances[n] = &gis[i];
+        n++;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = &data.devices[g->device];
+    info->id = g->id;
+    info->profileId = g->profile_id;
+    info->placement.start = g->start;
+    info->placement.size = g->size;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t ci_profile(const gi_t *g, unsigned int profile, unsigned int engProfile,
+                               nvmlComputeInstanceProfileInfo_t *out, char *name, size_t name_size) {
+    const device_t *d = &data.devices[g->device];
+    const profile_t *p = profile_by_id(d, g->profile_id);
+    if (!p || engProfile != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (profile >= CI_PROFILE_COUNT || ci_profile_slices[profile] > p->slices) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int slices = ci_profile_slices[profile];
+    memset(out, 0, sizeof(*out));
+    out->id = profile;
+    out->sliceCount = slices;
+    out->instanceCount = p->slices / slices;
+    out->multiprocessorCount = p->sms * slices / (p->slices ? p->slices : 1);
+    out->sharedCopyEngineCount = p->ce;
+    out->sharedDecoderCount = p->dec;
+    out->sharedEncoderCount = p->enc;
+    out->sharedJpegCount = p->jpeg;
+    out->sharedOfaCount = p->ofa;
+    if (name) {
+        if (slices == p->slices) snprintf(name, name_size, "%s", p->name);
+        else snprintf(name, name_size, "%uc.%s", slices, p->name);
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                          unsigned int engProfile,
+                                                          nvmlComputeInstanceProfileInfo_t *info) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    return ci_profile(g, profile, engProfile, info, NULL, 0);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                           unsigned int engProfile,
+                                                           nvmlComputeInstanceProfileInfo_v2_t *info) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlComputeInstanceProfileInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlComputeInstanceProfileInfo_t v1;
+    nvmlReturn_t ret = ci_profile(g, profile, engProfile, &v1, info->name, sizeof(info->name));
+    if (ret != NVML_SUCCESS) return ret;
+    info->id = v1.id;
+    info->sliceCount = v1.sliceCount;
+    info->instanceCount = v1.instanceCount;
+    info->multiprocessorCount = v1.multiprocessorCount;
+    info->sharedCopyEngineCount = v1.sharedCopyEngineCount;
+    info->sharedDecoderCount = v1.sharedDecoderCount;
+    info->sharedEncoderCount = v1.sharedEncoderCount;
+    info->sharedJpegCount = v1.sharedJpegCount;
+    info->sharedOfaCount = v1.sharedOfaCount;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                  nvmlComputeInstance_t *computeInstance) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g || !computeInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    const device_t *d = &data.devices[g->device];
+    if (d->create_ci_error) return (nvmlReturn_t)d->create_ci_error;
+    nvmlComputeInstanceProfileInfo_t info;
+    nvmlReturn_t ret = ci_profile(g, profileId, 0, &info, NULL, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    const profile_t *p = profile_by_id(d, g->profile_id);
+    unsigned int taken = 0, used_ids[MAX_CIS + 1] = {0};
+    for (int i = 0; i < MAX_CIS; i++) {
+        if (!cis[i].used || cis[i].device != g->device || cis[i].gi_id != g->id) continue;
+        taken += cis[i].slices;
+        if (cis[i].id <= MAX_CIS) used_ids[cis[i].id] = 1;
+    }
+    if (taken + info.sliceCount > p->slices) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    ci_t *slot = NULL;
+    for (int i = 0; i < MAX_CIS && !slot; i++)
+        if (!cis[i].used) slot = &cis[i];
+    if (!slot) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    unsigned int id = 0;
+    while (id < MAX_CIS && used_ids[id]) id++;
+    *slot = (ci_t){1, g->device, g->id, id, profileId, info.sliceCount};
+    if (persist_instances() != 0) {
+        slot->used = 0;
+        return NVML_ERROR_UNKNOWN;
+    }
+    *computeInstance = slot;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
+                                                   nvmlComputeInstance_t *computeInstance) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g || !computeInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < MAX_CIS; i++) {
+        if (cis[i].used && cis[i].device == g->device && cis[i].gi_id == g->id && cis[i].id == id) {
+            *computeInstance = &cis[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                nvmlComputeInstance_t *computeInstances, unsigned int *count) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0;
+    for (int i = 0; i < MAX_CIS; i++) {
+        if (!cis[i].used || cis[i].device != g->device || cis[i].gi_id != g->id || cis[i].profile_id != profileId)
+            continue;
+        if (computeInstances) computeInstances[n] = &cis[i];
+        n++;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info) {
+    REQUIRE_INIT();
+    ci_t *c = ci_of(computeInstance);
+    if (!c || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = &data.devices[c->device];
+    info->gpuInstance = gi_by_id(c->device, c->gi_id);
+    info->id = c->id;
+    info->profileId = c->profile_id;
+    info->placement.start = 0;
+    info->placement.size = c->slices;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
+    REQUIRE_INIT();
+    ci_t *c = ci_of(computeInstance);
+    if (!c) return NVML_ERROR_INVALID_ARGUMENT;
+    if (data.devices[c->device].destroy_ci_error) return (nvmlReturn_t)data.devices[c->device].destroy_ci_error;
+    c->used = 0;
+    if (persist_instances() != 0) return NVML_ERROR_UNKNOWN;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
+    REQUIRE_INIT();
+    gi_t *g = gi_of(gpuInstance);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (data.devices[g->device].destroy_gi_error) return (nvmlReturn_t)data.devices[g->device].destroy_gi_error;
+    for (int i = 0; i < MAX_CIS; i++)
+        if (cis[i].used && cis[i].device == g->device && cis[i].gi_id == g->id) return NVML_ERROR_IN_USE;
+    g->used = 0;
+    if (persist_instances() != 0) return NVML_ERROR_UNKNOWN;
+    return NVML_SUCCESS;
+}
+
+/* -- MIG devices (a compute instance as a device handle) ---------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    REQUIRE_DEVICE(device);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->mig_current == UNSET) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int most = 0;
+    for (int i = 0; i < device->nprofiles; i++)
+        if (device->profiles[i].instances > most) most = device->profiles[i].instances;
+    *count = mig_enabled(device) ? most : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+    REQUIRE_DEVICE(device);
+    if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_enabled(device)) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = 0;
+    for (int i = 0; i < MAX_CIS; i++) {
+        if (!cis[i].used || cis[i].device != device->ordinal) continue;
+        if (n++ == index) {
+            *migDevice = as_device(&cis[i]);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    REQUIRE_INIT();
+    if (!isMigDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig_of(device)) {
+        *isMigDevice = 1;
+        return NVML_SUCCESS;
+    }
+    if (!valid_device(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    REQUIRE_INIT();
+    ci_t *c = mig_of(device);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!c) return valid_device(device) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    *id = c->gi_id;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    REQUIRE_INIT();
+    ci_t *c = mig_of(device);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!c) return valid_device(device) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    *id = c->id;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+    REQUIRE_INIT();
+    ci_t *c = mig_of(migDevice);
+    if (!c || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &data.devices[c->device];
     return NVML_SUCCESS;
 }
