@@ -45,7 +45,6 @@ def make_node(tmp_path: Path, name: str, *, dev: bool = True, staged: bool = Tru
         lib.mkdir(parents=True)
         for file in ("libvrocm.so", "rocm-cumask-check", "rocm-monitor"):
             (lib / file).write_text("stand-in\n")
-        (lib / "ld.so.preload").write_text("/usr/local/gpustack/amd/libvrocm.so\n")
     return root
 
 
@@ -164,7 +163,9 @@ def test_sliced_injection_on_two_mi300x(tmp_path: Path) -> None:
     assert injection.envs["AMD_VISIBLE_DEVICES"] == "none"
     lib = "/var/lib/gpustack/operator/lib/amd"
     assert Mount(container_path="/usr/local/gpustack/amd", host_path=lib) in injection.mounts
-    assert Mount(container_path=PRELOAD_FILE, host_path=f"{lib}/ld.so.preload") in injection.mounts
+    preload = f"{PODS}/pod-a/preload/main"  # per container, outside its read-write working dir
+    assert Mount(container_path=PRELOAD_FILE, host_path=preload) in injection.mounts
+    assert (root / preload.lstrip("/")).read_text() == "/usr/local/gpustack/amd/libvrocm.so\n"
     for tool in ("rocm-cumask-check", "rocm-monitor"):
         assert Mount(container_path=f"/usr/local/bin/{tool}", host_path=f"{lib}/{tool}") in injection.mounts
     ledger = Mount(container_path="/var/run/gpustack/amd", host_path=f"{PODS}/pod-a/main", read_only=False)

@@ -58,13 +58,12 @@ def container(env: dict[str, str] | None = None, runtime_class: str | None = Non
 
 
 def staged(tmp_path: Path, *subtrees: str, library: str = "libvgpu.so") -> RespondContext:
-    """A host tree with the named preload subtrees staged (the library and its ld.so.preload)."""
+    """A host tree with the named preload subtrees staged (the library)."""
     host = tmp_path / "host"
     for subtree in subtrees:
         d = host / LIB_DIR.lstrip("/") / subtree
         d.mkdir(parents=True)
         (d / library).write_text("ELF")
-        (d / "ld.so.preload").write_text(f"/usr/local/vgpu/{library}\n")
     host.mkdir(exist_ok=True)
     return RespondContext(view=HostRoot(host), host=HostRoot(host), settings=load_settings({}))
 
@@ -165,7 +164,7 @@ def test_sliced_reference_example(tmp_path: Path) -> None:
     pod_dir = f"{PODS_DIR}/uid-1/main"
     assert out.mounts == [
         Mount(container_path="/usr/local/vgpu", host_path=lib, read_only=True),
-        Mount(container_path="/etc/ld.so.preload", host_path=f"{lib}/ld.so.preload", read_only=True),
+        Mount(container_path="/etc/ld.so.preload", host_path=f"{PODS_DIR}/uid-1/preload/main", read_only=True),
         Mount(container_path="/tmp/vgpu", host_path=pod_dir, read_only=False),
     ]
     assert ctx.host.is_dir(pod_dir)  # the working directory exists on the host

@@ -56,14 +56,12 @@ class Node:
         self.ctx = RespondContext(view=HostRoot(self.root), host=HostRoot(self.host_dir), settings=load_settings())
         self.lib = self.host_dir / self.ctx.lib_dir.lstrip("/") / "thead"
 
-    def stage(self, preload: list[str] | None = None, monitor: bool = True) -> None:
+    def stage(self, monitor: bool = True) -> None:
         self.lib.mkdir(parents=True)
         for name in ("hggc_quota.so", "hgml_dlsym_hook.so"):
             (self.lib / name).write_bytes(b"\x7fELF")
         if monitor:
             (self.lib / "ppu-monitor").write_text("#!/bin/sh\n")
-        names = preload if preload is not None else ["hggc_quota.so", "hgml_dlsym_hook.so"]
-        (self.lib / "ld.so.preload").write_text("".join(f"{LIB_CONTAINER_DIR}/{n}\n" for n in names))
 
     def grant(
         self,
@@ -145,7 +143,7 @@ def test_sliced_response(tmp_path: Path) -> None:
     mounts = {m.container_path: (m.host_path, m.read_only) for m in injection.mounts}
     assert mounts == {
         LIB_CONTAINER_DIR: (lib, True),
-        PRELOAD_FILE: (f"{lib}/ld.so.preload", True),
+        PRELOAD_FILE: (node.ctx.pod_dir("uid-1", "preload", "main"), True),
         "/usr/local/bin/ppu-monitor": (f"{lib}/ppu-monitor", True),
         "/var/run/vppu": (ledger, False),
     }
@@ -184,14 +182,20 @@ def test_log_level_is_never_overwritten(tmp_path: Path) -> None:
     assert "LIBHGGC_LOG_LEVEL" not in injection.envs
 
 
-@pytest.mark.parametrize(
-    ("preload", "missing"),
-    [(["hggc_quota.so"], "hgml_dlsym_hook.so"), (["hgml_dlsym_hook.so"], "hggc_quota.so")],
-)
-def test_preload_file_must_name_both_libraries(tmp_path: Path, preload: list[str], missing: str) -> None:
+def test_preload_file_names_both_libraries_enforcement_first(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    node.stage(preload=preload)
-    with pytest.raises(RefusedError, match=f"does not name {LIB_CONTAINER_DIR}/{missing}"):
+    node.stage()
+    RESPONDER.respond(node.grant(Family.SLICED, 0), node.ctx)
+    preload = node.ctx.host.read_text(node.ctx.pod_dir("uid-1", "preload", "main"))
+    assert preload == f"{LIB_CONTAINER_DIR}/hggc_quota.so\n{LIB_CONTAINER_DIR}/hgml_dlsym_hook.so\n"
+
+
+@pytest.mark.parametrize("missing", ["hggc_quota.so", "hgml_dlsym_hook.so"])
+def test_either_half_unstaged_is_refused(tmp_path: Path, missing: str) -> None:
+    node = Node(tmp_path)
+    node.stage()
+    (node.lib / missing).unlink()
+    with pytest.raises(RefusedError, match=f"{missing} is not staged"):
         RESPONDER.respond(node.grant(Family.SLICED, 0), node.ctx)
 
 

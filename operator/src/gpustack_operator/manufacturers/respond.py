@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpustack_operator.host import HostRoot
+from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup
 from gpustack_operator.settings import Settings
 
@@ -286,21 +286,43 @@ def require_devices(view: HostRoot, paths: list[str], what: str) -> None:
 PRELOAD_FILE = "/etc/ld.so.preload"
 
 
-def mount_preload(injection: Injection, ctx: RespondContext, subtree: str, container_dir: str, library: str) -> None:
+def mount_preload(
+    injection: Injection,
+    ctx: RespondContext,
+    subtree: str,
+    container_dir: str,
+    library: str,
+    *,
+    grant: Grant,
+    also: tuple[str, ...] = (),
+) -> None:
     """Activate a preload library the one way every vendor does (spec "Logical slicing per
-    manufacturer": through ``/etc/ld.so.preload``): the staged host directory
-    ``<lib_dir>/<subtree>`` read-only at ``container_dir``, and the host file
-    ``<lib_dir>/<subtree>/ld.so.preload`` (naming ``<container_dir>/<library>``, written by the staging)
-    at ``/etc/ld.so.preload``. Refused when the subtree was not staged: a sliced container that starts
+    manufacturer": through ``/etc/ld.so.preload``): the staged host directory ``<lib_dir>/<subtree>``
+    read-only at ``container_dir``, and a preload file naming ``<container_dir>/<library>`` (then each
+    of ``also``, one a line) at ``/etc/ld.so.preload``.
+
+    The preload file is written per container at ``<pods_dir>/<uid>/preload/<container>`` -- outside
+    the container's own read-write working directory, so the workload cannot edit its limiter away --
+    and reclaimed with the Pod. Refused when a library was not staged: a sliced container that starts
     without its library is a whole accelerator nobody asked for."""
     host_dir = f"{ctx.lib_dir.rstrip('/')}/{subtree}"
-    if not ctx.host.exists(f"{host_dir}/{library}"):
-        raise RefusedError(
-            f"the slicing library {host_dir}/{library} is not staged on this node; "
-            "the device-manager's init container stages it (check its log, or run the preload_libraries module)"
-        )
+    for name in (library, *also):
+        if not ctx.host.exists(f"{host_dir}/{name}"):
+            raise RefusedError(
+                f"the slicing library {host_dir}/{name} is not staged on this node; "
+                "the device-manager's init container stages it (check its log, or run the preload_libraries module)"
+            )
+    preload_dir = ctx.pod_dir(grant.container.pod_uid, "preload")
+    preload_file = f"{preload_dir}/{grant.container.container}"
+    text = "".join(f"{container_dir.rstrip('/')}/{name}\n" for name in (library, *also))
+    try:
+        ctx.host.makedirs(preload_dir)
+        if ctx.host.read_optional(preload_file) != text:
+            ctx.host.write_text(preload_file, text)
+    except HostPathError as exc:
+        raise RefusedError(f"the preload file {preload_file} cannot be written: {exc}", Code.INTERNAL) from None
     injection.add_mount(container_dir, host_dir)
-    injection.add_mount(PRELOAD_FILE, f"{host_dir}/ld.so.preload")
+    injection.add_mount(PRELOAD_FILE, preload_file)
 
 
 def mount_pod_dir(injection: Injection, ctx: RespondContext, grant: Grant, container_path: str) -> str:

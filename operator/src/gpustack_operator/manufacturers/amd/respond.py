@@ -287,7 +287,7 @@ def inject_sliced(injection: Injection, ctx: RespondContext, grant: Grant, gpus:
         raise RefusedError(f"amd {grant.container.label}: a sliced grant without a budget (an allocator bug)")
     percent = budget.cores_percent if budget.cores_percent > 0 else 100
     windows = windows_for(ctx, grant, topologies_of(grant, gpus), percent, injection.log)
-    mount_preload(injection, ctx, subtree=SUBTREE, container_dir=LIBRARY_DIR, library=LIBRARY)
+    mount_preload(injection, ctx, subtree=SUBTREE, container_dir=LIBRARY_DIR, library=LIBRARY, grant=grant)
     mount_tools(injection, ctx)
     env = grant.container.env
     injection.envs["ROCR_VISIBLE_DEVICES"] = ",".join(g.id for g in grant.accelerators)

@@ -234,7 +234,7 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
         raise RefusedError("an Ascend sliced allocation carries no slice budget", code=Code.INTERNAL)
     (granted,) = grant.accelerators
     subtree = library_subtree(granted.group)
-    mount_preload(injection, ctx, subtree, LIB_CONTAINER_DIR, LIBRARY)
+    mount_preload(injection, ctx, subtree, LIB_CONTAINER_DIR, LIBRARY, grant=grant)
     physical = physical_id(granted)
     virtual = virtual_npu_id(grant, ctx, physical)
     directory = ctx.pod_dir(grant.container.pod_uid, grant.container.container)
@@ -264,7 +264,9 @@ class AscendResponder:
         visible = [visible_index(g) for g in grant.accelerators]  # refuses before anything is written
         if grant.family is Family.SLICED:  # every refusal that writes nothing comes before the flag
             check_single(grant)
-            mount_preload(injection, ctx, library_subtree(grant.accelerators[0].group), LIB_CONTAINER_DIR, LIBRARY)
+            mount_preload(
+                injection, ctx, library_subtree(grant.accelerators[0].group), LIB_CONTAINER_DIR, LIBRARY, grant=grant
+            )
         if grant.family in TENANTED:
             ensure_container_share(grant, ctx, injection)
         injection.envs[VISIBLE] = ",".join(str(i) for i in visible)

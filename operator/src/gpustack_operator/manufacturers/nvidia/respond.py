@@ -142,7 +142,7 @@ def inject_hami_core(injection: Injection, grant: Grant, ctx: RespondContext, su
             ".sliced.memory-percentage or .sliced.memory-mib of at least 1 MiB"
         )
     cores = budget.cores_percent if 0 < budget.cores_percent <= 100 else 100
-    mount_preload(injection, ctx, subtree=subtree, container_dir=VGPU_CONTAINER_DIR, library=VGPU_LIBRARY)
+    mount_preload(injection, ctx, subtree=subtree, container_dir=VGPU_CONTAINER_DIR, library=VGPU_LIBRARY, grant=grant)
     for position, _ in enumerate(grant.accelerators):
         injection.envs[f"{MEMORY_LIMIT}{position}"] = f"{budget.memory_mib}m"
     injection.envs[SM_LIMIT] = str(cores)

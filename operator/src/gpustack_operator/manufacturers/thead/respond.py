@@ -6,10 +6,9 @@ granted PPU's own node ``/dev/alixpu_ppu<ordinal>``, the ordinal proven by the n
 against the one the detector recorded (:func:`~.partition.require_card`). Every node is required.
 
 Sliced adds the preload pair from the flat ``thead`` subtree, mounted at :data:`LIB_CONTAINER_DIR`:
-``hggc_quota.so`` (enforcement) through :func:`mount_preload`, and ``hgml_dlsym_hook.so`` (the
-visibility half). The staged ``thead/ld.so.preload`` must name both (``<LIB_CONTAINER_DIR>/<lib>``, one
-a line; the staging writes it so) -- checked here, since a preload file naming only one leaves a
-container either uncapped or reporting the whole PPU. Quota env: ``HGGC_DEVICE_SM_LIMIT`` (emitted even
+``hggc_quota.so`` (enforcement) and ``hgml_dlsym_hook.so`` (the visibility half), both named in the
+container's preload file by :func:`mount_preload` (a preload file naming only one leaves a container
+either uncapped or reporting the whole PPU). Quota env: ``HGGC_DEVICE_SM_LIMIT`` (emitted even
 at 100 %: the library refuses a PPU whose figure is missing), ``HGGC_DEVICE_MEMORY_LIMIT_<i>`` = bare
 MiB per PPU in ascending index (positional: the SDK renumbers injected nodes by ascending ordinal),
 ``HGGC_LEDGER_PATH`` in the per-container directory (mounted read-write at :data:`LEDGER_DIR`, world
@@ -73,32 +72,18 @@ def _partition_nodes(grant: Grant, ctx: RespondContext, injection: Injection) ->
         injection.add_device(path, permissions="rw")
 
 
-def _check_preload(ctx: RespondContext) -> str:
-    host_dir = f"{ctx.lib_dir.rstrip('/')}/{SUBTREE}"
-    if not ctx.host.exists(f"{host_dir}/{HOOK_LIBRARY}"):
-        raise RefusedError(
-            f"the slicing library {host_dir}/{HOOK_LIBRARY} is not staged on this node; the device-manager's init "
-            "container stages it (check its log, or run the preload_libraries module)"
-        )
-    try:
-        listed = {line.strip() for line in ctx.host.read_text(f"{host_dir}/ld.so.preload").splitlines()}
-    except HostPathError as exc:
-        raise RefusedError(f"{host_dir}/ld.so.preload cannot be read: {exc}; re-stage the T-Head libraries") from None
-    missing = [lib for lib in (QUOTA_LIBRARY, HOOK_LIBRARY) if f"{LIB_CONTAINER_DIR}/{lib}" not in listed]
-    if missing:
-        raise RefusedError(
-            f"{host_dir}/ld.so.preload does not name {', '.join(f'{LIB_CONTAINER_DIR}/{m}' for m in missing)}; "
-            "re-stage the T-Head libraries (both halves must be preloaded)"
-        )
-    return host_dir
+def _host_dir(ctx: RespondContext) -> str:
+    return f"{ctx.lib_dir.rstrip('/')}/{SUBTREE}"
 
 
 def _sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> None:
     budget = grant.budget
     if budget is None:
         raise RefusedError("a T-Head sliced allocation carries no slice budget")
-    host_dir = _check_preload(ctx)
-    mount_preload(injection, ctx, SUBTREE, LIB_CONTAINER_DIR, QUOTA_LIBRARY)
+    host_dir = _host_dir(ctx)
+    # both halves preloaded, enforcement first: a preload file naming only one leaves the container
+    # either uncapped or reporting the whole PPU
+    mount_preload(injection, ctx, SUBTREE, LIB_CONTAINER_DIR, QUOTA_LIBRARY, grant=grant, also=(HOOK_LIBRARY,))
     if ctx.host.exists(f"{host_dir}/{MONITOR}"):
         injection.add_mount(MONITOR_CONTAINER_PATH, f"{host_dir}/{MONITOR}")
     else:
