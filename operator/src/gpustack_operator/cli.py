@@ -6,6 +6,7 @@ import argparse
 import fnmatch
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -273,7 +274,90 @@ def build_parser() -> argparse.ArgumentParser:
         help="image for probe containers, [registry[:port]/]path[:tag][@sha256:<hex>] (recorded and "
         "validated; this version starts no probe container)",
     )
+    _add_serve(sub)
     return parser
+
+
+SERVE_DESCRIPTION = (
+    "Detect the node once, then serve every resource it offers to the kubelet as a v1beta1 device plugin "
+    "(one socket per resource beside --kube-socket; registered after its own server answers, registered "
+    "again whenever the kubelet restarts) until SIGTERM or SIGINT, which remove the sockets it created. "
+    "In this version reservations and the ledger are kept in memory only: the durable "
+    "device.gpustack.ai/accelerator.allocated annotation, restart recovery from it and the Devices status "
+    "are not yet written, so a restarted Device Manager starts with an empty ledger."
+)
+
+
+def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``device-manager serve`` (supplement §3.5; the kubelet and API-server flags of this version)."""
+    serve = sub.add_parser(
+        "serve",
+        help="serve the node's accelerators to the kubelet (the device-plugin allocator)",
+        description=SERVE_DESCRIPTION,
+    )
+    _add_common(serve, host_root_alias=False)
+    serve.add_argument("--no-shared", action="store_true", help="do not create shared devices")
+    serve.add_argument("--no-sliced", action="store_true", help="do not create logically sliced devices")
+    serve.add_argument("--no-partitioned", action="store_true", help="do not create hardware-partitioned devices")
+    serve.add_argument(
+        "--kube-socket",
+        type=_socket_arg,
+        default="/var/lib/kubelet/device-plugins/kubelet.sock",
+        metavar="PATH",
+        help="the kubelet's registration socket; the plugin sockets are created beside it "
+        "(default: /var/lib/kubelet/device-plugins/kubelet.sock)",
+    )
+    serve.add_argument(
+        "--pod-resources-socket",
+        type=_socket_arg,
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        metavar="PATH",
+        help="the kubelet's pod-resources socket, asked which container an allocation serves "
+        "(default: /var/lib/kubelet/pod-resources/kubelet.sock)",
+    )
+    serve.add_argument(
+        "--node-name", metavar="NAME", help="this node's name (default: $KUBERNETES_NODE_NAME, which is required)"
+    )
+    serve.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the API server (default: in-cluster when KUBERNETES_SERVICE_HOST is set, "
+        "else $KUBECONFIG)",
+    )
+    serve.add_argument(
+        "--kube-api-server",
+        type=_url_arg,
+        metavar="URL",
+        help="the API server's URL (overrides the kubeconfig's server; alone: no credentials, for a local stand-in)",
+    )
+    serve.add_argument(
+        "--host-write-root",
+        metavar="PATH",
+        default="/",
+        help="where the host paths this process writes (per-pod working directories) are reachable (default: /)",
+    )
+    serve.add_argument(
+        "--once-registered",
+        action="store_true",
+        help="exit 0 once every plugin has registered with the kubelet (a smoke test), 1 if one has not in 60 s",
+    )
+
+
+def _socket_arg(value: str) -> str:
+    """A unix socket path: absolute, and short enough for sun_path (107 bytes) with a plugin's name."""
+    if not value.startswith("/") or "\0" in value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an absolute path")
+    if len(os.fsencode(value)) > 80:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is too long for a unix socket directory (a socket path holds at most 107 bytes)"
+        )
+    return value
+
+
+def _url_arg(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a URL; use https://host:port")
+    return value
 
 
 def _runtime_arg(value: str) -> str:
@@ -427,6 +511,35 @@ def _fast_failed_note(args: argparse.Namespace, req: api.Request, empty: bool) -
         )
 
 
+def _serve(args: argparse.Namespace, req: api.Request) -> int:
+    """``device-manager serve``: usage problems (node name, API-server configuration, node view) exit 2."""
+    try:
+        from gpustack_operator.deviceplugin import serve  # noqa: PLC0415 -- grpc and the kubernetes client
+    except ImportError as exc:
+        print(
+            f"gpustack-operator: error: serve needs the kube extra ({exc}); install gpustack-operator[kube]",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    try:
+        opts = serve.ServeOptions(
+            node_name=serve.node_name(args.node_name),
+            kube_socket=args.kube_socket,
+            pod_resources_socket=args.pod_resources_socket,
+            kubeconfig=args.kubeconfig,
+            kube_api_server=args.kube_api_server,
+            host_write_root=api.check_root(args.host_write_root, "--host-write-root") or "/",
+            families=serve.FamilyOptions(
+                shared=not args.no_shared, sliced=not args.no_sliced, partitioned=not args.no_partitioned
+            ),
+            once_registered=args.once_registered,
+        )
+        return serve.serve(req, opts)
+    except (serve.ServeUsageError, api.RootArgumentError, HostRootError) as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def _run(args: argparse.Namespace, req: api.Request) -> int:
     if args.action == "detect":
         try:
@@ -442,6 +555,9 @@ def _run(args: argparse.Namespace, req: api.Request) -> int:
 
     if args.action == "mode":
         return _mode(req, args)
+
+    if args.action == "serve":
+        return _serve(args, req)
 
     if args.action == "monitor":
         try:

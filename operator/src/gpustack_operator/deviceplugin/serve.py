@@ -1,0 +1,272 @@
+"""``gpustack-operator device-manager serve``: detect once, then serve every pool to the kubelet.
+
+One detection pass over the node view (``--detect-root``, the same pass ``dm detect`` runs), then per
+detected manufacturer with a responder one :class:`~gpustack_operator.allocator.core.Allocator` --
+every one sharing the node-wide lock (:data:`~gpustack_operator.allocator.core.NODE_LOCK`, supplement
+§1.8 rule 5) -- and per pool it offers one plugin server (``deviceplugin/server.py``), until SIGTERM
+or SIGINT. On the way out every server stops and removes the socket it created.
+
+What this version keeps in memory only: reservations and the ledger. The durable
+``device.gpustack.ai/accelerator.allocated`` annotation, recovery across a restart from it, and the
+``Devices`` status are not written yet, so a restarted Device Manager starts with an empty ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+
+from gpustack_operator import api
+from gpustack_operator.allocator.core import NODE_LOCK, Allocator, CdiResolverLike, FamilyOptions
+from gpustack_operator.allocator.pods import PodSource
+from gpustack_operator.deviceplugin.podresources import POD_RESOURCES_SOCKET, KubeletPodSource
+from gpustack_operator.deviceplugin.server import KUBELET_SOCKET, PluginServer, PluginSet
+from gpustack_operator.discovery.detect import NodeDetection
+from gpustack_operator.host import HostRoot
+from gpustack_operator.manufacturers import REGISTRY
+from gpustack_operator.manufacturers.arch import node_arch
+from gpustack_operator.manufacturers.base import DetectContext, Detected, Unmeasured
+from gpustack_operator.manufacturers.respond import LIB_DIR, Partitioner, RespondContext, Responder
+
+log = logging.getLogger(__name__)
+
+IN_MEMORY_NOTE = (
+    "In this version reservations and the ledger are kept in memory only: the durable "
+    "device.gpustack.ai/accelerator.allocated annotation, restart recovery from it and the Devices status "
+    "are not yet written, so a restarted Device Manager starts with an empty ledger."
+)
+RECONCILE_PERIOD = 30.0  # how often Pods gone from the node are reclaimed between allocations
+ONCE_REGISTERED_TIMEOUT = 60.0
+
+
+class ServeUsageError(ValueError):
+    """A flag or the environment cannot be served with (exit 2, the message names the remedy)."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    node_name: str
+    kube_socket: str = KUBELET_SOCKET
+    pod_resources_socket: str = POD_RESOURCES_SOCKET
+    kubeconfig: str | None = None
+    kube_api_server: str | None = None
+    host_write_root: str = "/"
+    families: FamilyOptions = field(default_factory=FamilyOptions)
+    once_registered: bool = False
+    once_registered_timeout: float = ONCE_REGISTERED_TIMEOUT
+
+
+@dataclass
+class Served:
+    """What one process serves: the allocators (one per manufacturer) and their plugin servers."""
+
+    allocators: dict[str, Allocator]
+    plugins: PluginSet
+    skipped: dict[str, str]  # manufacturer -> why it serves nothing
+
+
+def node_name(flag: str | None) -> str:
+    """``--node-name``, else ``KUBERNETES_NODE_NAME`` (supplement §4.6: required)."""
+    name = (flag if flag is not None else os.environ.get("KUBERNETES_NODE_NAME", "")).strip()
+    if not name:
+        raise ServeUsageError(
+            "the node name is unknown: pass --node-name or set KUBERNETES_NODE_NAME (the DaemonSet sets it "
+            "from spec.nodeName)"
+        )
+    return name
+
+
+def pod_source(opts: ServeOptions) -> PodSource:
+    """The kubelet's pod-resources socket plus the API server's list of this node's pods."""
+    from gpustack_operator.kube.pods import KubeConfigError, NodePods, make_api_client  # noqa: PLC0415
+
+    try:
+        lister = NodePods(make_api_client(opts.kubeconfig, opts.kube_api_server), opts.node_name)
+    except KubeConfigError as exc:
+        raise ServeUsageError(str(exc)) from None
+    return KubeletPodSource(lister.list, socket=opts.pod_resources_socket)
+
+
+def _cdi_kind(responder: Responder) -> str | None:
+    """The CDI kind a responder's module declares (``CDI_KIND``; today NVIDIA's alone, supplement §4.4:
+    the strategy variable has no effect for the others)."""
+    module = sys.modules.get(type(responder).__module__)
+    kind = getattr(module, "CDI_KIND", None)
+    return kind if isinstance(kind, str) else None
+
+
+def _cdi_resolver(name: str, responder: Responder, view: HostRoot) -> CdiResolverLike | None:
+    kind = _cdi_kind(responder)
+    if kind is None:
+        return None
+    from gpustack_operator.allocator.cdi import resolver_for  # noqa: PLC0415 -- only a CDI-capable vendor
+
+    resolver, problem = resolver_for(name, kind, view)
+    if problem:
+        log.warning("%s: %s", name, problem)
+    return resolver
+
+
+def _partitioner(name: str, make: Callable[[HostRoot], Partitioner] | None, view: HostRoot) -> Partitioner | None:
+    if make is None:
+        return None
+    try:
+        return make(view)
+    except Exception as exc:  # a partition that cannot be made is refused at allocation, never a dead plugin
+        log.warning("%s: the partition calls are unavailable (%s: %s)", name, type(exc).__name__, exc)
+        return None
+
+
+def build(req: api.Request, result: NodeDetection, opts: ServeOptions, pods: PodSource) -> Served:
+    """The allocators and plugin servers for what the pass detected (nothing is started)."""
+    view = HostRoot(req.root)
+    host = HostRoot(opts.host_write_root)
+    arch = node_arch(view)
+    allocators: dict[str, Allocator] = {}
+    servers: list[PluginServer] = []
+    skipped: dict[str, str] = {}
+    for name in req.manufacturers:
+        outcome = result.outcomes.get(name)
+        if isinstance(outcome, Unmeasured):
+            skipped[name] = f"could not be measured: {outcome.reason}"
+            continue
+        if not isinstance(outcome, Detected) or not outcome.groups:
+            log.info("%s is not served: no accelerator detected", name)
+            continue
+        manufacturer = REGISTRY[name]
+        backend = manufacturer.loaded()
+        if backend.responder is None:
+            skipped[name] = "its backend has no responder in this version"
+            continue
+        detect_ctx = DetectContext(
+            view=view,
+            pci=result.pci,
+            settings=req.settings,
+            manufacturer=req.resolved[name],
+            no_pci_check=req.no_pci_check,
+        )
+        ctx = RespondContext(
+            view=view,
+            host=host,
+            settings=req.settings,
+            lib_dir=req.settings.lib_dir or LIB_DIR,
+            arch=arch,
+            partitioner=_partitioner(name, backend.partitioner, view),
+            detect=detect_ctx,
+        )
+        allocator = Allocator(
+            req.resolved[name],
+            outcome.groups,
+            responder=backend.responder,
+            ctx=ctx,
+            pods=pods,
+            options=opts.families,
+            cdi=_cdi_resolver(name, backend.responder, view),
+            lock=NODE_LOCK,
+            node_name=opts.node_name,
+        )
+        pools = allocator.pools()
+        if not pools:
+            skipped[name] = "no family is left to serve (the --no-* flags, or no token)"
+            continue
+        allocators[name] = allocator
+        servers.extend(PluginServer(allocator, pool, name, kube_socket=opts.kube_socket) for pool in pools)
+    return Served(allocators, PluginSet(servers), skipped)
+
+
+def _reconcile_loop(allocators: list[Allocator], stop: threading.Event) -> None:
+    while not stop.wait(RECONCILE_PERIOD):
+        for allocator in allocators:
+            try:
+                allocator.reconcile()
+            except Exception:
+                log.exception("%s: reclaiming gone Pods failed", allocator.manufacturer.name)
+
+
+def serve(req: api.Request, opts: ServeOptions, *, stop: threading.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or ``stop``); the exit code. Raises :class:`ServeUsageError` and
+    ``HostRootError`` before anything is served."""
+    if not os.path.isdir(opts.host_write_root):
+        raise ServeUsageError(
+            f"--host-write-root {opts.host_write_root} is not a directory: name where the host's paths this "
+            "process writes are reachable (/ in the DaemonSet)"
+        )
+    pods = pod_source(opts)
+    result = api.run_detect(req, interfaces=False)
+    served = build(req, result, opts, pods)
+    for name, why in sorted(served.skipped.items()):
+        log.warning("%s is not served: %s", name, why)
+    if not served.plugins.servers:
+        reasons = "; ".join(f"{n}: {w}" for n, w in sorted(served.skipped.items()))
+        print(
+            f"gpustack-operator: error: nothing to serve in {req.root} ({reasons}); check with: "
+            "gpustack-operator dm detect",
+            file=sys.stderr,
+        )
+        return 1
+    stop = stop or threading.Event()
+    restore = _handle_signals(stop)
+    log.warning("%s", IN_MEMORY_NOTE)
+    log.info("serving %s on node %s", ", ".join(s.resource for s in served.plugins.servers), opts.node_name)
+    reconciler = threading.Thread(
+        target=_reconcile_loop, args=(list(served.allocators.values()), stop), name="reconcile", daemon=True
+    )
+    served.plugins.start()
+    reconciler.start()
+    code = 0
+    try:
+        if opts.once_registered:
+            if not served.plugins.wait_registered(opts.once_registered_timeout):
+                missing = [s.resource for s in served.plugins.servers if s.registrations == 0]
+                print(
+                    f"gpustack-operator: error: not registered with the kubelet at {opts.kube_socket} within "
+                    f"{opts.once_registered_timeout:.0f}s: {', '.join(missing)}",
+                    file=sys.stderr,
+                )
+                code = 1
+        else:
+            stop.wait()
+    finally:
+        stop.set()
+        served.plugins.stop()
+        reconciler.join(5)
+        restore()
+    log.info("stopped: every plugin socket this process created is removed")
+    return code
+
+
+def _handle_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGTERM and SIGINT end the serve loop cleanly; returns what puts the old handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log.warning("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+__all__ = [
+    "IN_MEMORY_NOTE",
+    "FamilyOptions",
+    "ServeOptions",
+    "ServeUsageError",
+    "Served",
+    "build",
+    "node_name",
+    "pod_source",
+    "serve",
+]

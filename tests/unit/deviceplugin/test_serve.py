@@ -1,0 +1,242 @@
+"""``gpustack-operator dm serve`` as a user runs it: the console script in a subprocess, over a fixture
+node (the NVML stand-in), a fake kubelet Registration server and a loopback API-server stand-in; the
+allocator core is the real one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as pb
+from gpustack_operator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+
+from tests.conftest import BIN, host
+from tests.unit.deviceplugin.fakes import FakeKubelet, short_dir
+from tests.unit.deviceplugin.test_kube_pods import ApiServer
+
+RESOURCES = {
+    "nvidia.com/gpu": "gpustack-nvidia-exclusive.sock",
+    "nvidia.com/gpu.shared": "gpustack-nvidia-shared.sock",
+    "nvidia.com/gpu.sliced": "gpustack-nvidia-sliced.sock",
+    "device.gpustack.ai/nvidia.visibility": "gpustack-nvidia-visibility.sock",
+}
+
+PENDING = {
+    "kind": "PodList",
+    "apiVersion": "v1",
+    "metadata": {},
+    "items": [
+        {
+            "metadata": {
+                "name": "whole",
+                "namespace": "ml",
+                "uid": "0b6f3c1e-1111-4c3a-9d7e-000000000001",
+                "creationTimestamp": "2025-03-01T10:20:30Z",
+            },
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": "Pending"},
+        }
+    ],
+}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without this machine's cluster, proxy or GPUSTACK settings."""
+    drop = ("GPUSTACK_", "KUBERNETES_", "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(drop)}
+    env.update(extra)
+    return env
+
+
+def serve_args(plugin_dir: Path, api: ApiServer, write_root: Path, *more: str, node: str = "rtx4090") -> list[str]:
+    return [
+        str(BIN / "gpustack-operator"),
+        "dm",
+        "serve",
+        "-v=1",
+        "--manufacturer",
+        "nvidia",
+        "--detect-root",
+        str(host(node)),
+        "--kube-socket",
+        str(plugin_dir / "kubelet.sock"),
+        "--pod-resources-socket",
+        str(plugin_dir / "pod-resources.sock"),
+        "--node-name",
+        "node-a",
+        "--kube-api-server",
+        api.url,
+        "--host-write-root",
+        str(write_root),
+        *more,
+    ]
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[Path]:
+    with short_dir() as path:
+        yield path
+
+
+@pytest.fixture
+def kubelet(plugin_dir: Path) -> Iterator[FakeKubelet]:
+    fake = FakeKubelet(plugin_dir)
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer()
+    server.body = PENDING
+    yield server
+    server.close()
+
+
+def test_help_says_the_ledger_is_in_memory() -> None:
+    out = subprocess.run(
+        [str(BIN / "gpustack-operator"), "dm", "serve", "--help"], capture_output=True, text=True, env=clean_env()
+    )
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "reservations and the ledger are kept in memory only" in text
+    assert "annotation, restart recovery from it and the Devices status are not yet written" in text
+    for flag in ("--no-shared", "--no-sliced", "--no-partitioned", "--kube-socket", "--node-name", "--kube-api-server"):
+        assert flag in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kube-api-server", "127.0.0.1:6443"], "is not a URL"),
+        (["--kube-socket", "relative/kubelet.sock"], "is not an absolute path"),
+        (["--manufacturer", "nvidai"], "unknown manufacturer 'nvidai'; choose from amd"),
+        ([], "the node name is unknown: pass --node-name or set KUBERNETES_NODE_NAME"),
+        (["--node-name", "n", "--host-write-root", "/nonexistent-dir"], "--host-write-root /nonexistent-dir"),
+        (["--node-name", "n"], "no API server to list the node's pods from"),
+    ],
+)
+def test_usage_errors_exit_2_naming_the_problem(args: list[str], message: str) -> None:
+    out = subprocess.run(
+        [str(BIN / "gpustack-operator"), "dm", "serve", "--detect-root", str(host("rtx4090")), *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_once_registered_registers_every_pool_and_cleans_up(
+    plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path
+) -> None:
+    out = subprocess.run(
+        serve_args(plugin_dir, api, tmp_path, "--once-registered"),
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    got = {r.request.resource_name: r.request.endpoint for r in kubelet.registrations}
+    assert got == RESOURCES
+    assert all(r.error is None and r.socket_existed for r in kubelet.registrations)
+    hints = {
+        r.request.resource_name: r.request.options.get_preferred_allocation_available for r in kubelet.registrations
+    }
+    assert hints == {
+        "nvidia.com/gpu": True,
+        "nvidia.com/gpu.shared": True,
+        "nvidia.com/gpu.sliced": True,
+        "device.gpustack.ai/nvidia.visibility": False,
+    }
+    assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"], "a plugin socket was left behind"
+    assert "kept in memory only" in out.stderr
+
+
+def test_no_flags_gate_their_families(plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path) -> None:
+    out = subprocess.run(
+        serve_args(plugin_dir, api, tmp_path, "--once-registered", "--no-shared", "--no-sliced"),
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(r.request.resource_name for r in kubelet.registrations) == [
+        "device.gpustack.ai/nvidia.visibility",
+        "nvidia.com/gpu",
+    ]
+
+
+def test_nothing_to_serve_is_an_error(plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path) -> None:
+    out = subprocess.run(
+        serve_args(plugin_dir, api, tmp_path, "--once-registered", node="cpu-only-vm"),
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert "nothing to serve" in out.stderr and "gpustack-operator dm detect" in out.stderr
+    assert kubelet.registrations == []
+
+
+def test_serves_an_allocation_then_stops_on_sigterm(
+    plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path
+) -> None:
+    proc = subprocess.Popen(serve_args(plugin_dir, api, tmp_path), stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert kubelet.wait_for(len(RESOURCES), timeout=60), "not every pool registered"
+        with (
+            grpc.insecure_channel(f"unix://{plugin_dir / RESOURCES['nvidia.com/gpu']}") as exclusive,
+            grpc.insecure_channel(f"unix://{plugin_dir / RESOURCES['nvidia.com/gpu.shared']}") as shared,
+        ):
+            tokens = next(pb_grpc.DevicePluginStub(exclusive).ListAndWatch(pb.Empty(), timeout=10)).devices
+            assert len(tokens) == 1 and tokens[0].health == "Healthy"
+            shared_watch = pb_grpc.DevicePluginStub(shared).ListAndWatch(pb.Empty(), timeout=30)
+            assert all(d.health == "Healthy" for d in next(shared_watch).devices)
+
+            response = pb_grpc.DevicePluginStub(exclusive).Allocate(
+                pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[tokens[0].ID])]),
+                timeout=10,
+            )
+            envs = dict(response.container_responses[0].envs)
+            assert envs["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
+            assert api.paths and "fieldSelector=spec.nodeName%3Dnode-a" in api.paths[-1]
+            # the cross-mode invariant reaches the kubelet: the shared tokens of the held accelerator
+            # turn Unhealthy on the open ListAndWatch stream
+            update = next(shared_watch)
+            assert update.devices and all(d.health == "Unhealthy" for d in update.devices)
+            shared_watch.cancel()
+
+            # a second container asking for the held accelerator is refused with the core's message
+            with pytest.raises(grpc.RpcError) as info:
+                pb_grpc.DevicePluginStub(shared).Allocate(
+                    pb.AllocateRequest(
+                        container_requests=[pb.ContainerAllocateRequest(devices_ids=[update.devices[0].ID])]
+                    ),
+                    timeout=10,
+                )
+            assert info.value.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND)
+            assert info.value.details()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "signal SIGTERM: stopping" in err
+    assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
