@@ -213,6 +213,12 @@ class Allocator:
         self._version = 0
         self._groups: list[DevicesGroup] = [g.model_copy(deep=True) for g in groups]
         self._ledger = Ledger.of(manufacturer.name, self._groups, ctx.settings.release_terminated_pods)
+        # Token ids are stable between detections, and every ListAndWatch stream asks for its list on
+        # each change: the token -> card map and each resource's list (keyed by the version it was
+        # computed at; visibility, which no claim changes, by the detection alone) are kept.
+        self._token_cards: dict[str, str | None] = {}
+        self._device_lists: dict[str, tuple[int, list[DeviceState]]] = {}
+        self._generation = 0  # bumped by update()
 
     # -- what is advertised ------------------------------------------------------------------------
 
@@ -238,9 +244,21 @@ class Allocator:
         return self._options.enabled(family) and family in self._responder.families
 
     def devices(self, resource: str) -> list[DeviceState]:
+        """The pool's tokens and their health. The same list object is returned until something that
+        can change it happened (callers may compare by identity to skip an unchanged send)."""
         family = self.names.family_of(resource)
         if family is None or not self._serves(family):
             return []
+        with self._lock:
+            key = -1 - self._generation if family is Family.VISIBILITY else self.version
+            cached = self._device_lists.get(resource)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            states = self._compute_devices(family)
+            self._device_lists[resource] = (key, states)
+            return states
+
+    def _compute_devices(self, family: Family) -> list[DeviceState]:
         with self._lock:
             if family is Family.PARTITIONED:
                 return self._partition_devices()
@@ -305,10 +323,15 @@ class Allocator:
         }
 
     def _card_of(self, token: str) -> str | None:
+        try:
+            return self._token_cards[token]
+        except KeyError:
+            pass
         parsed = parse_token(token)
-        if parsed is None or parsed[1] not in self._ledger.cards:
-            return None
-        return parsed[1]
+        card = parsed[1] if parsed is not None and parsed[1] in self._ledger.cards else None
+        if len(self._token_cards) < 1 << 16:  # ids the kubelet offers are ours; a flood is not cached
+            self._token_cards[token] = card
+        return card
 
     def _hint_units(self, resource: str, size: int) -> dict[str, int | None] | None:
         """The units the container the hint is for needs, per accelerator (its VRAM decides them when
@@ -868,6 +891,9 @@ class Allocator:
         with self._lock:
             self._groups = [g.model_copy(deep=True) for g in groups]
             self._ledger.set_groups(self._groups)
+            self._token_cards.clear()
+            self._device_lists.clear()
+            self._generation += 1
         self._bump()
 
     @property
