@@ -240,3 +240,65 @@ def test_serves_an_allocation_then_stops_on_sigterm(
     assert proc.returncode == 0, err
     assert "signal SIGTERM: stopping" in err
     assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]
+
+
+SSH_POD = {
+    "metadata": {
+        "name": "ssh-instance",
+        "namespace": "ml",
+        "uid": "0b6f3c1e-2222-4c3a-9d7e-000000000002",
+        "creationTimestamp": "2025-03-01T10:21:00Z",
+    },
+    "spec": {
+        "nodeName": "node-a",
+        "containers": [
+            {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            {
+                "name": "sshd",
+                "image": "alpine",
+                "resources": {"limits": {"device.gpustack.ai/nvidia.visibility": "1"}},
+            },
+        ],
+    },
+    "status": {"phase": "Pending"},
+}
+
+
+def test_the_kubelet_stand_in_admits_through_serve_and_survives_its_restart(
+    plugin_dir: Path, api: ApiServer, tmp_path: Path
+) -> None:
+    """The kubelet's own order (tests/kubelet): dial-back, ListAndWatch, hint, Allocate per container,
+    pod-resources naming the Pod being admitted; then a kubelet restart wipes the sockets."""
+    from tests.kubelet.standin import KubeletStandIn
+
+    api.body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [SSH_POD]}
+    pod_resources = plugin_dir / "pod-resources.sock"
+    with KubeletStandIn(plugin_dir, pod_resources, checkpoint=False) as kubelet:
+        proc = subprocess.Popen(
+            serve_args(plugin_dir, api, tmp_path), stderr=subprocess.PIPE, text=True, env=clean_env()
+        )
+        try:
+            for resource in RESOURCES:
+                kubelet.wait_registered(resource, timeout=60)
+            kubelet.wait_capacity("nvidia.com/gpu", 1, timeout=10)
+            grants = kubelet.admit(SSH_POD)
+            main = grants["main"]["nvidia.com/gpu"].response
+            sshd = grants["sshd"]["device.gpustack.ai/nvidia.visibility"].response
+            gpu = dict(main.envs)["NVIDIA_VISIBLE_DEVICES"]
+            assert gpu.startswith("GPU-")
+            assert dict(sshd.envs).get("NVIDIA_VISIBLE_DEVICES") == gpu, "the sidecar sees exactly main's grant"
+            # each Allocate asked the kubelet's pod-resources List which container it serves
+            assert kubelet.pod_resources_calls.count("List") >= 2
+
+            kubelet.restart()
+            for resource in RESOURCES:
+                kubelet.wait_registered(resource, count=2, timeout=30)
+            kubelet.wait_for("nvidia.com/gpu", lambda d: len(d) == 1, timeout=10)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        assert {p.name for p in plugin_dir.iterdir()} <= {"kubelet.sock", "pod-resources.sock"}
