@@ -136,21 +136,27 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:  # noqa: N802
         return self.options()
 
-    def _list(self) -> pb.ListAndWatchResponse:
-        return pb.ListAndWatchResponse(devices=[device_message(d) for d in self._allocator.devices(self.resource)])
+    @staticmethod
+    def _list(states: list[DeviceState]) -> pb.ListAndWatchResponse:
+        return pb.ListAndWatchResponse(devices=[device_message(d) for d in states])
 
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:  # noqa: N802
-        """The full list at once, then the full list again on every allocator change, until the kubelet
-        cancels the stream or this server stops."""
+        """The full list at once, then the full list again whenever an allocator change changed *this*
+        pool's list (an exclusive grant changes the shared and sliced tokens' health, never the
+        visibility pool's), until the kubelet cancels the stream or this server stops."""
         try:
             version = self._allocator.version
-            yield self._list()
+            sent = self._allocator.devices(self.resource)
+            yield self._list(sent)
             log.info("%s: ListAndWatch opened", self.resource)
             while context.is_active() and not self._stopped.is_set():
                 current = self._allocator.wait_change(version, WATCH_SLICE)
                 if current != version and context.is_active():
                     version = current
-                    yield self._list()
+                    states = self._allocator.devices(self.resource)
+                    if states is not sent and states != sent:
+                        sent = states
+                        yield self._list(states)
         except Exception as exc:
             log.exception("%s: ListAndWatch failed", self.resource)
             context.abort(grpc.StatusCode.INTERNAL, f"{self.resource}: the device list failed: {_one_line(exc)}")
