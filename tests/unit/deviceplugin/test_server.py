@@ -10,11 +10,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from gpustack_operator.allocator.core import DeviceState
+from gpustack_operator.allocator.core import DeviceState, Pool
 from gpustack_operator.deviceplugin import server as dp
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as pb
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
-from gpustack_operator.manufacturers.respond import Code, Injection, RefusedError
+from gpustack_operator.manufacturers.respond import Code, Family, Injection, RefusedError
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.deviceplugin.fakes import PARTITIONED, SLICED, FakeAllocator, FakeKubelet, short_dir, socket_inode
 
@@ -368,3 +370,26 @@ def test_an_answer_for_the_wrong_number_of_containers_is_internal(
 def test_plugin_set_refuses_two_pools_on_one_socket(allocator: FakeAllocator, plugin_dir: Path) -> None:
     with pytest.raises(dp.PluginError, match="share a socket"):
         dp.PluginSet([make_server(allocator, plugin_dir), make_server(allocator, plugin_dir)])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(alphabet="abcdefgh0123456789:-", min_size=1, max_size=40),
+            st.booleans(),
+            st.lists(st.integers(min_value=0, max_value=7), max_size=3, unique=True),
+        ),
+        max_size=60,
+    )
+)
+def test_list_assembled_from_cached_encodings_is_the_fresh_response(raw: list[tuple[str, bool, list[int]]]) -> None:
+    """ListAndWatch's response concatenates each token's cached encoding (protobuf: concatenation is
+    merge, a repeated field appends); it must equal the response built message by message, in order,
+    also when the same token recurs with another health."""
+    from gpustack_operator.deviceplugin.server import DevicePluginServicer, device_message
+
+    states = [DeviceState(i, h, tuple(sorted(n))) for i, h, n in raw]
+    servicer = DevicePluginServicer(None, Pool("x.com/gpu", Family.SLICED, True), threading.Event())  # type: ignore[arg-type]
+    fresh = pb.ListAndWatchResponse(devices=[device_message(d) for d in states])
+    assert servicer._list(states) == fresh
+    assert servicer._list(list(reversed(states))) == pb.ListAndWatchResponse(devices=list(reversed(fresh.devices)))
