@@ -622,10 +622,21 @@ class KubeletStandIn:
                         held.update(grant.device_ids)
         return held
 
-    def admit(self, pod: Mapping[str, Any], *, start: bool = True) -> dict[str, dict[str, Grant]]:
+    def admit(
+        self,
+        pod: Mapping[str, Any],
+        *,
+        start: bool = True,
+        force: Mapping[str, Mapping[str, list[str]]] | None = None,
+    ) -> dict[str, dict[str, Grant]]:
         """Admit ``pod`` (a Pod manifest) as the kubelet would; per container, per resource, its
         :class:`Grant`. Raises :class:`AdmissionError`. With ``start`` (the default) the containers
-        are then "started": ``PreStartContainer`` is called where the plugin asked for it."""
+        are then "started": ``PreStartContainer`` is called where the plugin asked for it.
+
+        ``force`` (container -> resource -> ids) hands the plugin exactly those ids for that
+        container, skipping the kubelet's own pick and the hint: what a kubelet does whose
+        ``ListAndWatch`` view is stale -- the race a plugin's own refusals (e.g. the cross-mode
+        check) exist for. Forced ids need not be healthy or free."""
         meta = pod.get("metadata") or {}
         uid, name = meta.get("uid"), meta.get("name")
         if not uid or not name:
@@ -651,8 +662,9 @@ class KubeletStandIn:
                         if size <= 0 or not self._is_plugin_resource(resource):
                             continue
                         grant = state.grants.get((c.name, resource))
+                        forced = (force or {}).get(c.name, {}).get(resource)
                         if grant is None:
-                            grant = self._allocate(state, c, resource, size, reusable)
+                            grant = self._allocate(state, c, resource, size, reusable, forced)
                         if c.init and not c.restartable:
                             pool = reusable.setdefault(resource, [])
                             pool.extend(i for i in grant.device_ids if i not in pool)
@@ -701,18 +713,26 @@ class KubeletStandIn:
         call.response = resp
         return list(resp.container_responses[0].deviceIDs) if resp.container_responses else []
 
-    def _allocate(self, pod: _Pod, c: _Container, resource: str, size: int, reusable: dict[str, list[str]]) -> Grant:
+    def _allocate(
+        self,
+        pod: _Pod,
+        c: _Container,
+        resource: str,
+        size: int,
+        reusable: dict[str, list[str]],
+        forced: list[str] | None = None,
+    ) -> Grant:
         def fail(error: str, err: grpc.RpcError | None = None) -> AdmissionError:
             if err is None:
                 return AdmissionError(pod.uid, c.name, resource, error)
             return AdmissionError(pod.uid, c.name, resource, error, err.code(), err.details() or "")
 
-        allocated: list[str] = list(reusable.get(resource, []))[:size]
+        allocated: list[str] = list(forced) if forced is not None else list(reusable.get(resource, []))[:size]
         with self._lock:
             ep = self._endpoints.get(resource)
             held = self._held(resource)
             available = [i for i in self.healthy(resource) if i not in held]
-        needed = size - len(allocated)
+        needed = 0 if forced is not None else size - len(allocated)
         if needed > 0:
             if ep is None:
                 raise fail(f"endpoint for {resource} is stopped (its plugin has not registered since the restart)")

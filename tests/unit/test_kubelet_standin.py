@@ -466,6 +466,14 @@ def test_not_enough_healthy_devices(kubelet: KubeletStandIn, plugins: list[MiniP
     ]
 
 
+def test_forced_ids_reach_the_plugin_as_given(kubelet: KubeletStandIn, plugins: list[MiniPlugin]) -> None:
+    p = start_plugin(kubelet, plugins, 3, preferred=True)
+    kubelet.admit(pod_manifest("a", uid="ua", containers=[("c", {RES: "1"})]))
+    # a stale kubelet hands out d0 again: the plugin gets it, no hint is asked
+    kubelet.admit(pod_manifest("b", uid="ub", containers=[("c", {RES: "1"})]), force={"c": {RES: ["d0"]}})
+    assert p.allocations == [["d0"], ["d0"]] and len(p.hints) == 1
+
+
 def test_unregistered_and_native_resources_are_skipped(kubelet: KubeletStandIn, plugins: list[MiniPlugin]) -> None:
     p = start_plugin(kubelet, plugins, 2)
     pod = pod_manifest(
