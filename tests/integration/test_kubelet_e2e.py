@@ -419,11 +419,13 @@ def test_partitioned_registers_allocates_a_mig_and_survives_a_restart(
 
 # --- AMD (mi300x-8x) and Ascend (ascend-910b-8x) ---------------------------------------------------------
 
+AMD = "amd.com/gpu"
+AMD_VIS = "device.gpustack.ai/amd.visibility"
+NPU = "huawei.com/npu"
+NPU_VIS = "device.gpustack.ai/ascend.visibility"
 
-@needs_serve
-def test_amd_exclusive_injects_its_nodes_and_survives_a_restart(
-    serve_node: Callable[[Path, str], Node], tmp_path: Path
-) -> None:
+
+def amd_node(tmp_path: Path) -> Path:
     root = copy_host("mi300x-8x", tmp_path)
     # the fixture carries sysfs only: /dev/kfd and the DRM nodes sysfs lists, a regular file each
     (root / "dev/dri").mkdir(parents=True)
@@ -431,62 +433,132 @@ def test_amd_exclusive_injects_its_nodes_and_survives_a_restart(
     for entry in (root / "sys/class/drm").iterdir():
         if entry.name.startswith(("card", "renderD")) and "-" not in entry.name:
             (root / "dev/dri" / entry.name).write_text("")
-    (group,) = detected(root, "amd")
-    node = serve_node(root, "amd")
-    resources = ["amd.com/gpu", "amd.com/gpu.shared", "amd.com/gpu.sliced", "device.gpustack.ai/amd.visibility"]
+    return root
+
+
+def stage(write_root: Path, subtree: str, *files: str) -> None:
+    lib = write_root / "var/lib/gpustack/operator/lib" / subtree
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (lib / name).write_text("stand-in\n")
+
+
+def family_cycle(
+    node: Node,
+    resources: list[str],
+    containers: list[tuple[str, Mapping[str, str]]],
+    check: Callable[[str, dict[str, dict[str, Grant]]], set[str]],
+    *,
+    exclusive: bool,
+) -> None:
+    """admit -> check -> kubelet restart -> re-register -> admit -> check; ``check`` returns the
+    accelerators a Pod holds (an exclusive second Pod must get others)."""
     node.wait_registered(resources)
-    node.kubelet.wait_capacity("amd.com/gpu", len(group["accelerators"]))
-    node.kubelet.wait_capacity("amd.com/gpu.shared", 10 * len(group["accelerators"]))
-
-    def check(uid: str) -> str:
-        resp = node.kubelet.results(uid)["main"]["amd.com/gpu"]
-        assert dict(resp.envs)["AMD_VISIBLE_DEVICES"] == "none"
-        nodes = sorted(d.container_path for d in resp.devices)
-        assert "/dev/kfd" in nodes
-        assert any(p.startswith("/dev/dri/card") for p in nodes) and any(
-            p.startswith("/dev/dri/renderD") for p in nodes
-        )
-        assert len(nodes) == 3  # kfd once, the card's two DRM nodes
-        assert all((root / d.host_path.lstrip("/")).exists() for d in resp.devices)
-        return ",".join(nodes)
-
-    uid, _ = node.admit([("main", {"amd.com/gpu": "1"})])
-    first = check(uid)
+    uid, grants = node.admit(containers)
+    first = check(uid, grants)
     node.kubelet.restart()
     node.wait_registered(resources, count=2)
-    node.kubelet.wait_for("amd.com/gpu", lambda d: len(d) == len(group["accelerators"]), timeout=15)
-    uid2, _ = node.admit([("main", {"amd.com/gpu": "1"})])
-    assert check(uid2) != first  # another card: the first is still held
+    assert sorted({r.resource for r in node.kubelet.registrations if r.generation == 1}) == sorted(resources)
+    uid2, grants2 = node.admit(containers)
+    second = check(uid2, grants2)
+    if exclusive:
+        assert first.isdisjoint(second)
 
 
 @needs_serve
-def test_ascend_exclusive_and_sidecar_survive_a_restart(
-    serve_node: Callable[[Path, str], Node], tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("family", ["exclusive", "shared", "sliced", "visibility"])
+def test_amd_family_cycle(serve_node: Callable[[Path, str], Node], tmp_path: Path, family: str) -> None:
+    root = amd_node(tmp_path)
+    (group,) = detected(root, "amd")
+    node = serve_node(root, "amd")
+    stage(node.write_root, "amd", "libvrocm.so", "rocm-cumask-check", "rocm-monitor")
+    resources = [AMD, f"{AMD}.shared", f"{AMD}.sliced", AMD_VIS]
+    containers: list[tuple[str, Mapping[str, str]]] = {
+        "exclusive": [("main", {AMD: "1"})],
+        "shared": [("main", {f"{AMD}.shared": "2"})],
+        "sliced": [("main", {f"{AMD}.sliced": "1", f"{AMD}.sliced.memory-percentage": "50"})],
+        "visibility": [("main", {AMD: "1"}), ("sshd", {AMD_VIS: "1"})],
+    }[family]
+
+    def nodes_of(resp: dp.ContainerAllocateResponse, cards: int) -> list[str]:
+        assert dict(resp.envs)["AMD_VISIBLE_DEVICES"] == "none"
+        paths = sorted(d.container_path for d in resp.devices)
+        assert paths.count("/dev/kfd") == 1  # kfd once, each card's two DRM nodes
+        assert len([p for p in paths if p.startswith("/dev/dri/card")]) == cards
+        assert len([p for p in paths if p.startswith("/dev/dri/renderD")]) == cards
+        assert all((root / d.host_path.lstrip("/")).exists() for d in resp.devices)
+        return paths
+
+    def check(uid: str, grants: dict[str, dict[str, Grant]]) -> set[str]:
+        ((resource, grant),) = grants["main"].items()
+        cards = set(accelerators(grant.device_ids))
+        resp = node.kubelet.results(uid)["main"][resource]
+        main_nodes = nodes_of(resp, len(cards))
+        if family == "sliced":
+            (card,) = cards
+            env = dict(resp.envs)
+            assert env["ROCR_VISIBLE_DEVICES"] == card
+            assert env["VROCM_DEVICE_MEMORY_LIMIT_0"] == str(group["memory"] * 50 // 100)  # bare MiB
+            assert env["HSA_CU_MASK"].startswith("0:")
+            assert "/etc/ld.so.preload" in {m.container_path for m in resp.mounts}
+        if family == "visibility":
+            assert nodes_of(node.kubelet.results(uid)["sshd"][AMD_VIS], len(cards)) == main_nodes
+        return cards
+
+    node.kubelet.wait_capacity(AMD, len(group["accelerators"]))
+    family_cycle(node, resources, containers, check, exclusive=family in ("exclusive", "visibility"))
+
+
+ASCEND_SECOND_SLICE = (
+    "product bug: the Ascend responder's vNPU-id scan (ascend/respond.py virtual_npu_id) reads every entry of "
+    "<pods_dir>/<uid>/ as a container directory, so the allocation.json the core writes there for the first "
+    "sliced Pod makes every later Ascend sliced allocation on the node fail ('allocation.json/npu_info.config: "
+    "Not a directory')"
+)
+
+
+@needs_serve
+@pytest.mark.parametrize(
+    "family",
+    [
+        "exclusive",
+        "shared",
+        pytest.param("sliced", marks=pytest.mark.xfail(strict=True, raises=AdmissionError, reason=ASCEND_SECOND_SLICE)),
+        "visibility",
+    ],
+)
+def test_ascend_family_cycle(serve_node: Callable[[Path, str], Node], tmp_path: Path, family: str) -> None:
     root = copy_host("ascend-910b-8x", tmp_path)  # a tenanted grant may switch container-share on
     (group,) = detected(root, "ascend")
     node = serve_node(root, "ascend")
-    resources = ["huawei.com/npu", "huawei.com/npu.shared", "device.gpustack.ai/ascend.visibility"]
-    node.wait_registered(resources)
-    node.kubelet.wait_capacity("huawei.com/npu", len(group["accelerators"]))
+    stage(node.write_root, "ascend/cann-8-910b", "libvruntime.so")
+    resources = [NPU, f"{NPU}.shared", f"{NPU}.sliced", NPU_VIS]
     physical = {a["id"]: str(a["physicalIndexes"][0]) for a in group["accelerators"]}
+    containers: list[tuple[str, Mapping[str, str]]] = {
+        "exclusive": [("main", {NPU: "1"})],
+        "shared": [("main", {f"{NPU}.shared": "2"})],
+        "sliced": [("main", {f"{NPU}.sliced": "1", f"{NPU}.sliced.memory-mib": "8192"})],
+        "visibility": [("main", {NPU: "1"}), ("sshd", {NPU_VIS: "1"})],
+    }[family]
 
-    def admit() -> tuple[str, str]:
-        uid, grants = node.admit(
-            [("main", {"huawei.com/npu": "1"}), ("sshd", {"device.gpustack.ai/ascend.visibility": "1"})]
-        )
-        (card,) = accelerators(grants["main"]["huawei.com/npu"].device_ids)
+    def check(uid: str, grants: dict[str, dict[str, Grant]]) -> set[str]:
+        ((resource, grant),) = grants["main"].items()
+        cards = accelerators(grant.device_ids)
         env = node.kubelet.envs(uid, "main")
-        assert env["ASCEND_VISIBLE_DEVICES"] == physical[card]  # the driver's index, not the token
-        assert node.kubelet.envs(uid, "sshd")["ASCEND_VISIBLE_DEVICES"] == physical[card]
-        return uid, card
+        # the driver's index, in ascending accelerator order -- never the token
+        assert env["ASCEND_VISIBLE_DEVICES"].split(",") == sorted((physical[c] for c in cards), key=int)
+        if family == "sliced":
+            resp = node.kubelet.results(uid)["main"][resource]
+            config = {m.container_path: m for m in resp.mounts}["/etc/enpu/vcann-rt/npu_info.config"]
+            text = (node.write_root / config.host_path.lstrip("/")).read_text()
+            assert f"physical-npu-id={physical[cards[0]]}" in text and "memory-quota=8192" in text
+            assert env["ENPU_DSMI_HOOK"] == "1"
+        if family == "visibility":
+            assert node.kubelet.envs(uid, "sshd")["ASCEND_VISIBLE_DEVICES"] == env["ASCEND_VISIBLE_DEVICES"]
+        return set(cards)
 
-    _, first = admit()
-    node.kubelet.restart()
-    node.wait_registered(resources, count=2)
-    node.kubelet.wait_for("huawei.com/npu", lambda d: len(d) == len(group["accelerators"]), timeout=15)
-    _, second = admit()
-    assert second != first
+    node.kubelet.wait_capacity(NPU, len(group["accelerators"]))
+    family_cycle(node, resources, containers, check, exclusive=family in ("exclusive", "visibility"))
 
 
 # --- the CLI, as a user runs it ----------------------------------------------------------------------------
