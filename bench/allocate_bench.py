@@ -16,7 +16,6 @@ Run: python bench/allocate_bench.py [--calls 2000]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import threading
@@ -65,14 +64,6 @@ def echo_server(socket_path: str) -> grpc.Server:
     return server
 
 
-def measure_echo(socket_path: str, payload: bytes, calls: int) -> list[float]:
-    channel = grpc.insecure_channel(f"unix://{socket_path}")
-    stub = channel.unary_unary("/bench.Echo/Echo")
-    samples = timed(lambda: stub(payload, timeout=5), calls)
-    channel.close()
-    return samples
-
-
 def line(name: str, samples: list[float], base: list[float] | None = None) -> str:
     p50, p99 = percentile(samples, 50) * 1e3, percentile(samples, 99) * 1e3
     text = f"{name:<44} p50 {p50:7.3f} ms   p99 {p99:7.3f} ms"
@@ -88,14 +79,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         echo_sock = f"{tmp}/echo.sock"
         server = echo_server(echo_sock)
+        channel = grpc.insecure_channel(f"unix://{echo_sock}")
+        stub = channel.unary_unary("/bench.Echo/Echo")
         try:
-            echo = measure_echo(echo_sock, b"x" * 200, args.calls)
-        finally:
-            server.stop(0)
-        print(line("bare grpcio echo (unix socket)", echo))
-        from bench import plugin_bench  # the plugin half (needs the allocator and its edge)
+            bare = timed(lambda: stub(b"x" * 200, timeout=5), args.calls)
+            print(line("bare grpcio echo (unix socket, 200 B)", bare))
+            from bench import plugin_bench  # noqa: PLC0415 (the plugin half: the allocator and its edge)
 
-        plugin_bench.run(Path(tmp), args.calls, echo, line)
+            # the echo carries the very request bytes each plugin call carries, in calls interleaved
+            # with the plugin's (the same machine noise hits both)
+            plugin_bench.run(Path(tmp), args.calls, lambda payload: stub(payload, timeout=5), line)
+        finally:
+            channel.close()
+            server.stop(0)
     return 0
 
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-
 from gpustack_operator.allocator.core import Allocator
 from gpustack_operator.allocator.pods import ContainerSpec, KubeletContainer, KubeletPod, PodSpec
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as pb
@@ -32,6 +31,7 @@ from gpustack_operator.manufacturers.respond import RespondContext
 from gpustack_operator.settings import Settings
 
 Line = Callable[[str, list[float], list[float] | None], str]
+Echo = Callable[[bytes], object]
 NODE = "bench-node"
 
 
@@ -99,8 +99,8 @@ def percentile(samples: list[float], pct: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))]
 
 
-def run(tmp: Path, calls: int, echo: list[float], line: Line) -> None:
-    from tests.kubelet.standin import KubeletStandIn  # the suite's kubelet, over real unix sockets
+def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
+    from tests.kubelet.standin import KubeletStandIn  # noqa: PLC0415 (the suite's kubelet, test-only)
 
     plugin_dir = tmp / "device-plugins"
     plugin_dir.mkdir()
@@ -120,8 +120,9 @@ def run(tmp: Path, calls: int, echo: list[float], line: Line) -> None:
             if not plugins.wait_registered(30):
                 raise SystemExit("the plugins did not register with the kubelet stand-in")
             by_resource = {s.resource: s for s in servers}
-            bench_allocate(by_resource["nvidia.com/gpu"], allocator, pods, calls, echo, line)
-            bench_preferred(by_resource["nvidia.com/gpu.sliced"], allocator, pods, calls, echo, line)
+            bench_allocate(by_resource["nvidia.com/gpu"], allocator, pods=pods, calls=calls, echo=echo, line=line)
+            sliced = by_resource["nvidia.com/gpu.sliced"]
+            bench_preferred(sliced, allocator, pods=pods, calls=calls, echo=echo, line=line)
             bench_watch(by_resource["nvidia.com/gpu.shared"], allocator, pods)
         finally:
             plugins.stop()
@@ -135,42 +136,56 @@ def _stub(server: PluginServer) -> tuple[grpc.Channel, pb_grpc.DevicePluginStub]
 
 
 def bench_allocate(
-    server: PluginServer, allocator: Allocator, pods: MemoryPods, calls: int, echo: list[float], line: Line
+    server: PluginServer, allocator: Allocator, *, pods: MemoryPods, calls: int, echo: Echo, line: Line
 ) -> None:
     channel, stub = _stub(server)
     tokens = [d.id for d in allocator.devices(server.resource)]
     samples: list[float] = []
+    baseline: list[float] = []
     before = dict(pods.calls)
     for n in range(calls + 50):
         pods.next_pod(n, server.resource, "1")  # the previous Pod is gone: reclaimed on this call
         request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[tokens[n % 8]])])
+        payload = request.SerializeToString()
         start = time.perf_counter()
         stub.Allocate(request, timeout=5)
+        middle = time.perf_counter()
+        echo(payload)
         if n >= 50:
-            samples.append(time.perf_counter() - start)
+            samples.append(middle - start)
+            baseline.append(time.perf_counter() - middle)
     channel.close()
-    print(line("Allocate nvidia.com/gpu (decision + response)", samples, echo))
+    print(line("  echo of the AllocateRequest bytes", baseline, None))
+    print(line("Allocate nvidia.com/gpu (decision + response)", samples, baseline))
     made = {k: (pods.calls[k] - before[k]) / (calls + 50) for k in pods.calls}
     print(f"  outbound calls per Allocate: {made['kubelet']:.2f} pod-resources List, {made['api']:.2f} API pod list")
 
 
 def bench_preferred(
-    server: PluginServer, allocator: Allocator, pods: MemoryPods, calls: int, echo: list[float], line: Line
+    server: PluginServer, allocator: Allocator, *, pods: MemoryPods, calls: int, echo: Echo, line: Line
 ) -> None:
     channel, stub = _stub(server)
     available = [d.id for d in allocator.devices(server.resource)]
     pods.next_pod(10**6, server.resource, "1", {"nvidia.com/gpu.sliced.memory-mib": "10240"})
-    request = pb.PreferredAllocationRequest(
-        container_requests=[pb.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=1)]
-    )
-    samples: list[float] = []
-    for n in range(calls + 50):
-        start = time.perf_counter()
-        stub.GetPreferredAllocation(request, timeout=5)
-        if n >= 50:
-            samples.append(time.perf_counter() - start)
+    for offered in (8, len(available)):  # one token per card, and every token the node has
+        ids = available[:: len(available) // offered][:offered]
+        request = pb.PreferredAllocationRequest(
+            container_requests=[pb.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=1)]
+        )
+        payload = request.SerializeToString()
+        samples: list[float] = []
+        baseline: list[float] = []
+        for n in range(calls + 50):
+            start = time.perf_counter()
+            stub.GetPreferredAllocation(request, timeout=5)
+            middle = time.perf_counter()
+            echo(payload)
+            if n >= 50:
+                samples.append(middle - start)
+                baseline.append(time.perf_counter() - middle)
+        print(line(f"  echo of the request bytes ({len(payload)} B)", baseline, None))
+        print(line(f"GetPreferredAllocation .sliced ({offered} offered)", samples, baseline))
     channel.close()
-    print(line(f"GetPreferredAllocation .sliced ({len(available)} offered)", samples, echo))
 
 
 def bench_watch(server: PluginServer, allocator: Allocator, pods: MemoryPods, rounds: int = 40) -> None:
@@ -203,16 +218,18 @@ def bench_watch(server: PluginServer, allocator: Allocator, pods: MemoryPods, ro
     channel.close()
     if latencies:
         p50, worst = percentile(latencies, 50) * 1e3, max(latencies) * 1e3
-        print(f"{'ledger change -> ListAndWatch update':<44} p50 {p50:7.3f} ms   max {worst:7.3f} ms ({len(latencies)} changes)")
+        name = "ledger change -> ListAndWatch update"
+        print(f"{name:<44} p50 {p50:7.3f} ms   max {worst:7.3f} ms ({len(latencies)} changes)")
 
 
 def bench_identification(tmp: Path, calls: int) -> None:
     """The two identification round trips as the plugin makes them: pod-resources List against the
     kubelet stand-in, the API server's pod list through the official client against its stand-in."""
-    from gpustack_operator.deviceplugin.podresources import KubeletPodSource
-    from gpustack_operator.kube.pods import NodePods, make_api_client
-    from tests.kube.apiserver import APIServerStandIn, pod_manifest
-    from tests.kubelet.standin import KubeletStandIn
+    from gpustack_operator.deviceplugin.podresources import KubeletPodSource  # noqa: PLC0415
+    from gpustack_operator.kube.pods import NodePods, make_api_client  # noqa: PLC0415
+
+    from tests.kube.apiserver import APIServerStandIn, pod_manifest  # noqa: PLC0415
+    from tests.kubelet.standin import KubeletStandIn  # noqa: PLC0415
 
     plugin_dir = tmp / "ident-plugins"
     plugin_dir.mkdir()
@@ -221,7 +238,10 @@ def bench_identification(tmp: Path, calls: int) -> None:
             api.add_pod(pod_manifest(f"p{n}", node_name=NODE, containers=[("main", {"nvidia.com/gpu": "1"})]))
         lister = NodePods(make_api_client(None, f"http://127.0.0.1:{api.port}"), NODE)
         source = KubeletPodSource(lister.list, socket=str(tmp / "ident-pr.sock"))
-        for name, call in (("pod-resources List (kubelet stand-in)", source.kubelet_pods), ("API pod list, 20 pods (official client)", source.node_pods)):
+        for name, call in (
+            ("pod-resources List (kubelet stand-in)", source.kubelet_pods),
+            ("API pod list, 20 pods (official client)", source.node_pods),
+        ):
             samples = []
             for _ in range(calls):
                 start = time.perf_counter()
@@ -244,7 +264,7 @@ def bench_rss(tmp: Path) -> None:
     """``device-manager serve``'s RSS with all nine backends registered, in a fresh process: every
     manufacturer's allocator, responder and plugin servers, registered with a kubelet stand-in that
     runs in the parent (the kubelet is not part of the Device Manager's memory)."""
-    from tests.kubelet.standin import KubeletStandIn
+    from tests.kubelet.standin import KubeletStandIn  # noqa: PLC0415
 
     plugin_dir = tmp / "rss-plugins"
     plugin_dir.mkdir()
@@ -273,7 +293,9 @@ def nine_backends(tmp: Path) -> str:
         responder = backend.responder
         if responder is None:
             continue
-        allocator = Allocator(resolve(backend.identity), [group], responder=responder, ctx=context(tmp), pods=MemoryPods())
+        allocator = Allocator(
+            resolve(backend.identity), [group], responder=responder, ctx=context(tmp), pods=MemoryPods()
+        )
         servers += [
             PluginServer(allocator, pool, name, kube_socket=str(tmp / "rss-plugins" / "kubelet.sock"))
             for pool in allocator.pools()
@@ -281,7 +303,9 @@ def nine_backends(tmp: Path) -> str:
     plugins = PluginSet(servers)
     plugins.start()
     ok = plugins.wait_registered(60)
-    rss = next(line.split()[1] for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS"))
+    rss = next(
+        line.split()[1] for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS")
+    )
     plugins.stop()
     return f"{int(rss) / 1024:.1f} MiB ({len(servers)} plugin servers, {'all' if ok else 'NOT all'} registered)"
 
