@@ -167,7 +167,9 @@ def serve_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path, str]
         def start(root: Path, manufacturer: str) -> Node:
             n = len(started)
             apiserver = APIServerStandIn().start()
-            kubelet = KubeletStandIn(base / f"dp{n}", base / f"pr{n}" / "kubelet.sock").start()
+            kubelet = KubeletStandIn(
+                base / f"dp{n}", base / f"pr{n}" / "kubelet.sock", node_name=NODE, pod_status=apiserver.pod_status
+            ).start()
             write_root = base / f"host{n}"
             write_root.mkdir()
             stage_hami_core(write_root)
@@ -614,7 +616,9 @@ def test_cli_serve_subprocess(tmp_path: Path) -> None:
     write_root = tmp_path / "host"
     write_root.mkdir()
     with short_dir() as base, APIServerStandIn() as apiserver, log_path.open("w") as log:
-        kubelet = KubeletStandIn(base / "dp", base / "pr" / "kubelet.sock").start()
+        kubelet = KubeletStandIn(
+            base / "dp", base / "pr" / "kubelet.sock", node_name=NODE, pod_status=apiserver.pod_status
+        ).start()
         argv = [str(BIN / "gpustack-operator"), "device-manager", "serve", "--manufacturer", "nvidia"]
         argv += ["--detect-root", str(host("h100-sxm-8x")), "--kube-socket", str(kubelet.socket)]
         argv += ["--pod-resources-socket", str(kubelet.pod_resources_socket), "--kube-api-server", apiserver.url]

@@ -544,6 +544,26 @@ class APIServerStandIn:
     def set_phase(self, namespace: str, name: str, phase: str) -> dict[str, Any]:
         return self.update(namespace, name, lambda p: p.setdefault("status", {}).__setitem__("phase", phase))
 
+    def pod_status(self, pod: Mapping[str, Any], phase: str, reason: str = "", message: str = "") -> None:
+        """The kubelet's status update of ``pod`` (a manifest naming namespace and name; a Pod no
+        longer stored is ignored, as a status write for a deleted Pod fails): ``phase``, and
+        ``reason`` / ``message`` when given. Fits ``KubeletStandIn(pod_status=...)``."""
+        meta = pod.get("metadata") or {}
+
+        def change(stored: dict[str, Any]) -> None:
+            status = stored.setdefault("status", {})
+            status["phase"] = phase
+            for key, value in (("reason", reason), ("message", message)):
+                if value:
+                    status[key] = value
+                else:
+                    status.pop(key, None)
+
+        try:
+            self.update(meta.get("namespace") or "default", meta.get("name", ""), change)
+        except ApiError:
+            return
+
     def bind(self, namespace: str, name: str, node: str) -> dict[str, Any]:
         """What the scheduler's binding does: ``spec.nodeName``."""
         return self.update(namespace, name, lambda p: p.setdefault("spec", {}).__setitem__("nodeName", node))

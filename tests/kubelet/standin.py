@@ -44,6 +44,10 @@ where it departs, so a test knows what it proves:
   it (a corrupt file is logged in :attr:`checkpoint_error` and ignored, as the kubelet does). Pods
   the checkpoint names that the stand-in does not know are held until the next admission, which
   frees them (``UpdateAllocatedDevices``); admitting such a Pod again keeps its devices.
+* **Status**: with ``pod_status`` (e.g. the API-server stand-in's ``pod_status``) an admitted and
+  started Pod is reported ``Running`` and a rejected one ``Failed`` with reason
+  ``UnexpectedAdmissionError``, as the kubelet writes them; with ``node_name`` a Pod bound to
+  another node (or none) is refused.
 * Not modelled: the topology manager (no NUMA alignment: every device is "no affinity"), CPU and
   memory managers, node-capacity predicates (``OutOf<resource>``), the 5-minute grace before a
   disconnected resource is dropped, and container runtime effects of an ``AllocateResponse``.
@@ -135,6 +139,12 @@ def wipe_sockets(directory: Path, keep: Iterable[Path] = ()) -> list[str]:
         except FileNotFoundError:
             continue
     return removed
+
+
+PodStatusSink = Callable[[Mapping[str, Any], str, str, str], None]
+"""Where the kubelet's status updates go: ``(pod manifest, phase, reason, message)`` -- ``Running``
+once a Pod is admitted and started, ``Failed`` / ``UnexpectedAdmissionError`` when it is rejected
+(the kubelet's ``rejectPod``). :meth:`tests.kube.apiserver.APIServerStandIn.pod_status` is one."""
 
 
 class AdmissionError(Exception):
@@ -349,6 +359,8 @@ class KubeletStandIn:
         dial_timeout: float = DIAL_TIMEOUT,
         rpc_timeout: float = RPC_TIMEOUT,
         shuffle_seed: int | None = None,
+        node_name: str | None = None,
+        pod_status: PodStatusSink | None = None,
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.socket = self.plugin_dir / KUBELET_SOCKET
@@ -359,6 +371,8 @@ class KubeletStandIn:
         self.dial_timeout = dial_timeout
         self.rpc_timeout = rpc_timeout
         self._shuffle = random.Random(shuffle_seed) if shuffle_seed is not None else None
+        self.node_name = node_name
+        self.pod_status = pod_status
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._admit_lock = threading.Lock()
@@ -642,6 +656,12 @@ class KubeletStandIn:
         if not uid or not name:
             raise ValueError("a Pod manifest needs metadata.uid and metadata.name (add it to the API server first)")
         namespace = meta.get("namespace") or "default"
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if self.node_name is not None and bound != self.node_name:
+            raise ValueError(
+                f"pod {namespace}/{name} is bound to {bound or 'no node'}, not to this kubelet's {self.node_name} "
+                "(set spec.nodeName, as the scheduler's binding does)"
+            )
         containers = _containers(pod)
         with self._admit_lock:
             with self._lock:
@@ -675,11 +695,15 @@ class KubeletStandIn:
                     self._pods.pop(uid, None)
                     self.rejected[uid] = err
                     self._write_checkpoint()
+                if self.pod_status is not None:
+                    self.pod_status(pod, "Failed", err.reason, str(err))
                 raise
             with self._lock:
                 state.admitted = True
         if start:
             self._prestart(state)
+            if self.pod_status is not None:
+                self.pod_status(pod, "Running", "", "")
         return self.grants(uid)
 
     def _is_plugin_resource(self, resource: str) -> bool:

@@ -30,7 +30,7 @@ from gpustack_operator.deviceplugin.api import (
     podresources_pb2_grpc as pr_grpc,
 )
 
-from tests.kube.apiserver import pod_manifest
+from tests.kube.apiserver import APIServerStandIn, pod_manifest
 from tests.kubelet import checkpoint as ckpt
 from tests.kubelet.standin import (
     AdmissionError,
@@ -472,6 +472,29 @@ def test_forced_ids_reach_the_plugin_as_given(kubelet: KubeletStandIn, plugins: 
     # a stale kubelet hands out d0 again: the plugin gets it, no hint is asked
     kubelet.admit(pod_manifest("b", uid="ub", containers=[("c", {RES: "1"})]), force={"c": {RES: ["d0"]}})
     assert p.allocations == [["d0"], ["d0"]] and len(p.hints) == 1
+
+
+def test_status_goes_to_the_api_server_and_other_nodes_pods_are_refused(
+    short_dir: Path, plugins: list[MiniPlugin]
+) -> None:
+    with (
+        APIServerStandIn() as api,
+        KubeletStandIn(short_dir / "p", short_dir / "pr.sock", node_name="n1", pod_status=api.pod_status) as k,
+    ):
+        p = start_plugin(k, plugins, 1)
+        ok = api.add_pod(pod_manifest("ok", node_name="n1", containers=[("c", {RES: "1"})]))
+        k.admit(ok)
+        assert api.get("default", "ok")["status"] == {"phase": "Running"}  # type: ignore[index]
+        p.allocate_fn = lambda ids, ctx: ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, "held")  # type: ignore[func-returns-value]
+        k.remove(ok["metadata"]["uid"])
+        bad = api.add_pod(pod_manifest("bad", node_name="n1", containers=[("c", {RES: "1"})]))
+        with pytest.raises(AdmissionError):
+            k.admit(bad)
+        status = api.get("default", "bad")["status"]  # type: ignore[index]
+        assert (status["phase"], status["reason"]) == ("Failed", "UnexpectedAdmissionError")
+        assert "desc = held" in status["message"]
+        with pytest.raises(ValueError, match="bound to n2, not to this kubelet's n1"):
+            k.admit(pod_manifest("x", uid="ux", node_name="n2", containers=[("c", {RES: "1"})]))
 
 
 def test_unregistered_and_native_resources_are_skipped(kubelet: KubeletStandIn, plugins: list[MiniPlugin]) -> None:
