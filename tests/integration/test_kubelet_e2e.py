@@ -32,21 +32,12 @@ from typing import Any
 import grpc
 import pytest
 from gpustack_operator import api as gapi
+from gpustack_operator.deviceplugin import serve as dm_serve
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as dp
 
 from tests.conftest import BIN, copy_host, host
 from tests.kube.apiserver import APIServerStandIn, pod_manifest
 from tests.kubelet.standin import AdmissionError, Grant, KubeletStandIn
-
-try:
-    from gpustack_operator.deviceplugin import serve as dm_serve
-except ImportError as exc:  # the serve loop is another part of issue 10
-    dm_serve = None  # type: ignore[assignment]
-    SERVE_MISSING = f"gpustack_operator.deviceplugin.serve is not in this checkout ({exc})"
-else:
-    SERVE_MISSING = ""
-
-needs_serve = pytest.mark.skipif(dm_serve is None, reason=SERVE_MISSING or "n/a")
 
 NODE = "node-a"
 GPU = "nvidia.com/gpu"
@@ -156,8 +147,6 @@ def stage_hami_core(write_root: Path, majors: tuple[int, ...] = (11, 12, 13)) ->
 @pytest.fixture
 def serve_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path, str], Node]]:
     """Start the Device Manager in-process for a fixture node; every node is stopped at the end."""
-    if dm_serve is None:
-        pytest.skip(SERVE_MISSING)
     monkeypatch.setattr(dm_serve, "RECONCILE_PERIOD", 0.2)
     for key in [k for k in os.environ if k.startswith("GPUSTACK_")]:
         monkeypatch.delenv(key)
@@ -217,7 +206,6 @@ def healthy_on(node: Node, resource: str, acc: str) -> list[bool]:
 # --- NVIDIA, whole-card families (h100-sxm-8x) --------------------------------------------------------
 
 
-@needs_serve
 def test_nvidia_registers_every_family_with_its_token_capacity(serve_node: Callable[[Path, str], Node]) -> None:
     root = host("h100-sxm-8x")
     (group,) = detected(root, "nvidia")
@@ -240,7 +228,6 @@ def test_nvidia_registers_every_family_with_its_token_capacity(serve_node: Calla
         assert [n.ID for n in dev.topology.nodes] == [numa[accelerator(token)]]
 
 
-@needs_serve
 def test_exclusive_grant_names_the_uuid_and_takes_the_card_from_other_modes(
     serve_node: Callable[[Path, str], Node],
 ) -> None:
@@ -262,7 +249,6 @@ def test_exclusive_grant_names_the_uuid_and_takes_the_card_from_other_modes(
     assert all(healthy_on(node, SLICED, card))
 
 
-@needs_serve
 def test_shared_grant_of_two_is_two_distinct_accelerators(serve_node: Callable[[Path, str], Node]) -> None:
     node = serve_node(host("h100-sxm-8x"), "nvidia")
     node.wait_registered(NVIDIA_RESOURCES)
@@ -282,7 +268,6 @@ def test_shared_grant_of_two_is_two_distinct_accelerators(serve_node: Callable[[
     assert accelerator(first[0]) in err.value.details and "distinct" in err.value.details
 
 
-@needs_serve
 def test_sliced_pod_gets_its_memory_limit_and_the_preload(serve_node: Callable[[Path, str], Node]) -> None:
     root = host("h100-sxm-8x")
     (group,) = detected(root, "nvidia")
@@ -305,7 +290,6 @@ def test_sliced_pod_gets_its_memory_limit_and_the_preload(serve_node: Callable[[
     assert not any(healthy_on(node, SHARED, card)) and all(healthy_on(node, SLICED, card))
 
 
-@needs_serve
 @pytest.mark.parametrize("owner", ["exclusive", "sliced"])
 def test_sshd_visibility_names_exactly_mains_accelerators(serve_node: Callable[[Path, str], Node], owner: str) -> None:
     node = serve_node(host("h100-sxm-8x"), "nvidia")
@@ -324,7 +308,6 @@ def test_sshd_visibility_names_exactly_mains_accelerators(serve_node: Callable[[
     assert not node.kubelet.results(uid)["sshd"][NV_VIS].mounts
 
 
-@needs_serve
 def test_cross_mode_allocation_is_refused_naming_accelerator_and_holder(
     serve_node: Callable[[Path, str], Node],
 ) -> None:
@@ -345,7 +328,6 @@ def test_cross_mode_allocation_is_refused_naming_accelerator_and_holder(
     assert accelerators(again["main"][SHARED].device_ids) != [card]
 
 
-@needs_serve
 @pytest.mark.parametrize(
     ("family", "containers"),
     [
@@ -386,7 +368,6 @@ def test_nvidia_family_survives_a_kubelet_restart(
 # --- NVIDIA MIG (a100-mig, the compiled NVML stand-in) ---------------------------------------------------
 
 
-@needs_serve
 def test_partitioned_registers_allocates_a_mig_and_survives_a_restart(
     serve_node: Callable[[Path, str], Node], tmp_path: Path
 ) -> None:
@@ -467,7 +448,6 @@ def family_cycle(
         assert first.isdisjoint(second)
 
 
-@needs_serve
 @pytest.mark.parametrize("family", ["exclusive", "shared", "sliced", "visibility"])
 def test_amd_family_cycle(serve_node: Callable[[Path, str], Node], tmp_path: Path, family: str) -> None:
     root = amd_node(tmp_path)
@@ -511,21 +491,12 @@ def test_amd_family_cycle(serve_node: Callable[[Path, str], Node], tmp_path: Pat
     family_cycle(node, resources, containers, check, exclusive=family in ("exclusive", "visibility"))
 
 
-ASCEND_SECOND_SLICE = (
-    "product bug: the Ascend responder's vNPU-id scan (ascend/respond.py virtual_npu_id) reads every entry of "
-    "<pods_dir>/<uid>/ as a container directory, so the allocation.json the core writes there for the first "
-    "sliced Pod makes every later Ascend sliced allocation on the node fail ('allocation.json/npu_info.config: "
-    "Not a directory')"
-)
-
-
-@needs_serve
 @pytest.mark.parametrize(
     "family",
     [
         "exclusive",
         "shared",
-        pytest.param("sliced", marks=pytest.mark.xfail(strict=True, raises=AdmissionError, reason=ASCEND_SECOND_SLICE)),
+        "sliced",
         "visibility",
     ],
 )
@@ -609,8 +580,9 @@ def test_cli_serve_subprocess(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    if help_run.returncode != 0 or "--kube-api-server" not in help_run.stdout:
-        pytest.skip(f"the CLI has no device-manager serve with --kube-api-server yet: {help_run.stderr.strip()[:200]}")
+    assert help_run.returncode == 0, help_run.stderr
+    assert "--kube-api-server" in help_run.stdout
+    assert "in memory" in help_run.stdout  # the help says what this version keeps in memory
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
     log_path = tmp_path / "dm.log"
     write_root = tmp_path / "host"
@@ -643,7 +615,6 @@ def test_cli_serve_subprocess(tmp_path: Path) -> None:
     assert "Traceback" not in out
 
 
-@needs_serve
 def test_checkpoint_names_what_the_plugins_granted(serve_node: Callable[[Path, str], Node]) -> None:
     """The kubelet's own record (kubelet_internal_checkpoint) after real allocations decodes to the
     plugin's responses, under the kubelet's checksum: what a node-side reader of the checkpoint sees."""

@@ -163,7 +163,7 @@ def test_sliced_injection_on_two_mi300x(tmp_path: Path) -> None:
     assert injection.envs["AMD_VISIBLE_DEVICES"] == "none"
     lib = "/var/lib/gpustack/operator/lib/amd"
     assert Mount(container_path="/usr/local/gpustack/amd", host_path=lib) in injection.mounts
-    preload = f"{PODS}/pod-a/preload/main"  # per container, outside its read-write working dir
+    preload = f"{PODS}/pod-a/_preload/main"  # per container, outside its read-write working dir
     assert Mount(container_path=PRELOAD_FILE, host_path=preload) in injection.mounts
     assert (root / preload.lstrip("/")).read_text() == "/usr/local/gpustack/amd/libvrocm.so\n"
     for tool in ("rocm-cumask-check", "rocm-monitor"):

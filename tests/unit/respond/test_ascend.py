@@ -215,7 +215,7 @@ def test_sliced_writes_npu_info_config_and_mounts_the_library(tmp_path: Path) ->
     mounts = {m.container_path: (m.host_path, m.read_only) for m in injection.mounts}
     lib_host = "/" + str(lib.relative_to(node.host_dir))
     assert mounts[LIB_CONTAINER_DIR] == (lib_host, True)
-    preload = node.ctx.pod_dir("uid-1", "preload", "main")  # per container, outside its working dir
+    preload = node.ctx.pod_dir("uid-1", "_preload", "main")  # per container, outside its working dir
     assert mounts[PRELOAD_FILE] == (preload, True)
     assert node.ctx.host.read_text(preload) == f"{LIB_CONTAINER_DIR}/libvruntime.so\n"
     assert mounts[CONFIG_CONTAINER_PATH] == (node.ctx.pod_dir("uid-1", "main", "npu_info.config"), True)

@@ -89,7 +89,7 @@ def test_sliced_is_hami_core_from_the_flat_directory(tmp_path: Path) -> None:
     lib = f"{LIB_DIR}/iluvatar"
     assert out.mounts == [
         Mount(container_path="/usr/local/vgpu", host_path=lib),
-        Mount(container_path="/etc/ld.so.preload", host_path=f"{PODS_DIR}/uid-7/preload/main"),
+        Mount(container_path="/etc/ld.so.preload", host_path=f"{PODS_DIR}/uid-7/_preload/main"),
         Mount(container_path="/tmp/vgpu", host_path=f"{PODS_DIR}/uid-7/main", read_only=False),
     ]
 

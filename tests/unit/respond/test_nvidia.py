@@ -164,7 +164,7 @@ def test_sliced_reference_example(tmp_path: Path) -> None:
     pod_dir = f"{PODS_DIR}/uid-1/main"
     assert out.mounts == [
         Mount(container_path="/usr/local/vgpu", host_path=lib, read_only=True),
-        Mount(container_path="/etc/ld.so.preload", host_path=f"{PODS_DIR}/uid-1/preload/main", read_only=True),
+        Mount(container_path="/etc/ld.so.preload", host_path=f"{PODS_DIR}/uid-1/_preload/main", read_only=True),
         Mount(container_path="/tmp/vgpu", host_path=pod_dir, read_only=False),
     ]
     assert ctx.host.is_dir(pod_dir)  # the working directory exists on the host

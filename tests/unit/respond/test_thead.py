@@ -143,7 +143,7 @@ def test_sliced_response(tmp_path: Path) -> None:
     mounts = {m.container_path: (m.host_path, m.read_only) for m in injection.mounts}
     assert mounts == {
         LIB_CONTAINER_DIR: (lib, True),
-        PRELOAD_FILE: (node.ctx.pod_dir("uid-1", "preload", "main"), True),
+        PRELOAD_FILE: (node.ctx.pod_dir("uid-1", "_preload", "main"), True),
         "/usr/local/bin/ppu-monitor": (f"{lib}/ppu-monitor", True),
         "/var/run/vppu": (ledger, False),
     }
@@ -186,7 +186,7 @@ def test_preload_file_names_both_libraries_enforcement_first(tmp_path: Path) -> 
     node = Node(tmp_path)
     node.stage()
     RESPONDER.respond(node.grant(Family.SLICED, 0), node.ctx)
-    preload = node.ctx.host.read_text(node.ctx.pod_dir("uid-1", "preload", "main"))
+    preload = node.ctx.host.read_text(node.ctx.pod_dir("uid-1", "_preload", "main"))
     assert preload == f"{LIB_CONTAINER_DIR}/hggc_quota.so\n{LIB_CONTAINER_DIR}/hgml_dlsym_hook.so\n"
 
 

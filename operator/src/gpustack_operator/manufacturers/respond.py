@@ -284,6 +284,7 @@ def require_devices(view: HostRoot, paths: list[str], what: str) -> None:
 
 
 PRELOAD_FILE = "/etc/ld.so.preload"
+PRELOAD_DIR = "_preload"  # under a pod's working directory; no container can be named so
 
 
 def mount_preload(
@@ -301,10 +302,11 @@ def mount_preload(
     read-only at ``container_dir``, and a preload file naming ``<container_dir>/<library>`` (then each
     of ``also``, one a line) at ``/etc/ld.so.preload``.
 
-    The preload file is written per container at ``<pods_dir>/<uid>/preload/<container>`` -- outside
-    the container's own read-write working directory, so the workload cannot edit its limiter away --
-    and reclaimed with the Pod. Refused when a library was not staged: a sliced container that starts
-    without its library is a whole accelerator nobody asked for."""
+    The preload file is written per container at ``<pods_dir>/<uid>/_preload/<container>`` -- outside
+    the container's own read-write working directory, so the workload cannot edit its limiter away
+    (``_`` cannot begin a container name, so the directory never is one) -- and reclaimed with the Pod.
+    Refused when a library was not staged: a sliced container that starts without its library is a
+    whole accelerator nobody asked for."""
     host_dir = f"{ctx.lib_dir.rstrip('/')}/{subtree}"
     for name in (library, *also):
         if not ctx.host.exists(f"{host_dir}/{name}"):
@@ -312,7 +314,7 @@ def mount_preload(
                 f"the slicing library {host_dir}/{name} is not staged on this node; "
                 "the device-manager's init container stages it (check its log, or run the preload_libraries module)"
             )
-    preload_dir = ctx.pod_dir(grant.container.pod_uid, "preload")
+    preload_dir = ctx.pod_dir(grant.container.pod_uid, PRELOAD_DIR)
     preload_file = f"{preload_dir}/{grant.container.container}"
     text = "".join(f"{container_dir.rstrip('/')}/{name}\n" for name in (library, *also))
     try:

@@ -206,6 +206,8 @@ def virtual_npu_id(grant: Grant, ctx: RespondContext, physical: int) -> int:
             if not ctx.host.is_dir(pod):
                 continue
             for container in sorted(ctx.host.listdir(pod)):
+                if not ctx.host.is_dir(f"{pod}/{container}"):  # allocation.json, other vendors' records
+                    continue
                 path = f"{pod}/{container}/{CONFIG_NAME}"
                 if path == own:
                     continue
