@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from gpustack_operator.discovery.detect import resolve_manufacturers
-from gpustack_operator.discovery.pci import scan_pci
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers.base import DetectContext, Detected
@@ -23,6 +22,7 @@ from gpustack_operator.manufacturers.respond import (
     RespondContext,
     SliceBudget,
 )
+from gpustack_operator.node.pci import scan_pci
 from gpustack_operator.settings import load_settings
 
 from tests.conftest import REPO, copy_host
