@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from gpustack_operator.allocator.ledger import AllocatedEntry, Claim, D, render_
 from gpustack_operator.allocator.pods import ALLOCATED_ANNOTATION
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.podrecords import read_pod_records
-from gpustack_operator.manufacturers.respond import Channel, Code, Family, RefusedError
+from gpustack_operator.manufacturers.respond import Channel, Code, Family, RefusedError, RespondContext
 
 from tests.unit.allocator.fakes import (
     BASE,
@@ -572,3 +573,33 @@ def test_one_node_lock_serialises_every_allocator(tmp_path: Path) -> None:
         assert not done.is_set()  # blocked behind the lock another allocator (here: the test) holds
     worker.join(5)
     assert done.is_set()
+
+
+@dataclass
+class ReclaimingResponder(FakeResponder):
+    """A responder whose slices outlive the container in the driver (respond.Reclaimer)."""
+
+    reclaimed: list[str] = field(default_factory=list)
+    fail: bool = False
+
+    def reclaim(self, pod_uid: str, ctx: RespondContext) -> list[str]:
+        if self.fail:
+            raise RefusedError("the driver would not destroy it")
+        self.reclaimed.append(pod_uid)
+        return [f"destroyed what {pod_uid} held"]
+
+
+def test_the_responders_reclaim_runs_before_a_gone_pods_directory_is_removed(tmp_path: Path) -> None:
+    responder = ReclaimingResponder()
+    alloc, pods, _ = make_allocator(tmp_path, two_cards(), responder=responder)
+    pods.pods = [pod("p", [sliced_ctr()])]
+    alloc.allocate(SLICED, [[alloc.devices(SLICED)[0].id]])
+    pod_dir = tmp_path / "var/lib/gpustack/operator/pods/uid-p"
+    assert pod_dir.is_dir()
+    responder.fail = True
+    pods.pods = []
+    alloc.reconcile()
+    assert alloc.claims() == [] and pod_dir.is_dir()  # what the driver holds is recorded there: kept
+    responder.fail = False
+    alloc.reconcile()  # the sweep finds the kept record and retries
+    assert responder.reclaimed == ["uid-p"] and not pod_dir.exists()

@@ -206,3 +206,26 @@ def test_missing_instance_node_is_refused(tmp_path: Path) -> None:
     (node.root / "dev/cambricon-caps/cap_dev0_mi1").unlink()
     with pytest.raises(RefusedError, match="cap_dev0_mi1 does not exist"):
         RESPONDER.respond(node.grant(Family.SLICED, 0), node.ctx)
+
+
+def test_reclaim_destroys_a_gone_pods_smlu_instances(tmp_path: Path) -> None:
+    """The reclaimer (called by the allocator once the Pod is gone) destroys exactly the instances the
+    Pod's containers recorded, in the stand-in's own state; a second reclaim finds nothing to do."""
+    node = Node(tmp_path)
+    RESPONDER.respond(node.grant(Family.SLICED, 1), node.ctx)
+    RESPONDER.respond(node.grant(Family.SLICED, 1, container="second"), node.ctx)
+    assert node.kv("device.1.smlu.1") and node.kv("device.1.smlu.2")
+    done = RESPONDER.reclaim("uid-1", node.ctx)
+    assert len(done) == 2 and all("destroyed" in line for line in done)
+    assert not node.kv("device.1.smlu.1") and not node.kv("device.1.smlu.2")
+    assert RESPONDER.reclaim("uid-1", node.ctx) == []
+    assert RESPONDER.reclaim("another-pod", node.ctx) == []
+
+
+def test_reclaim_of_an_unreadable_record_is_refused(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    RESPONDER.respond(node.grant(Family.SLICED, 1), node.ctx)
+    (node.host_dir / node.ctx.pod_dir("uid-1", "main", "smlu.json").lstrip("/")).write_text("[[[")
+    with pytest.raises(RefusedError, match="cannot be read"):
+        RESPONDER.reclaim("uid-1", node.ctx)
+    assert node.kv("device.1.smlu.1")  # nothing destroyed on a guess

@@ -183,3 +183,35 @@ def test_more_than_one_gpu_sliced_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RefusedError) as err:
         RESPONDER.respond(g, context(root))
     assert "exactly one GPU" in err.value.message
+
+
+def test_reclaim_destroys_the_gone_pods_listed_subdevices(tmp_path: Path) -> None:
+    root = make_node(tmp_path)
+    group = group_of(root)
+    ctx = context(root)
+    reg = registry(root, "0000:0f:00.0")
+    RESPONDER.respond(sliced(group, 1, 50, uid="gone"), ctx)
+    (reg / "sgpu0").mkdir()  # the driver listed it
+    (reg / "destroy").write_text("")
+    done = RESPONDER.reclaim("gone", ctx)
+    assert (reg / "destroy").read_text() == "0\n"
+    assert done == ["sgpu0 on 0000:0f:00.0 destroyed (gpustack-gone-main: its Pod is gone)"]
+    assert RESPONDER.reclaim("never-sliced", ctx) == []
+
+
+def test_reclaim_skips_a_subdevice_the_driver_no_longer_lists(tmp_path: Path) -> None:
+    root = make_node(tmp_path)
+    ctx = context(root)
+    RESPONDER.respond(sliced(group_of(root), 1, 50, uid="gone"), ctx)
+    (registry(root, "0000:0f:00.0") / "destroy").write_text("")
+    assert RESPONDER.reclaim("gone", ctx) == []
+    assert (registry(root, "0000:0f:00.0") / "destroy").read_text() == ""
+
+
+def test_reclaim_of_an_unreadable_record_is_refused(tmp_path: Path) -> None:
+    root = make_node(tmp_path)
+    ctx = context(root)
+    RESPONDER.respond(sliced(group_of(root), 1, 50, uid="gone"), ctx)
+    (root / ctx.pod_dir("gone", "metax-sgpu.main.json").lstrip("/")).write_text("{not json")
+    with pytest.raises(RefusedError, match="what it made is unknown"):
+        RESPONDER.reclaim("gone", ctx)

@@ -802,6 +802,8 @@ class Allocator:
         if sweep:
             gone_uids |= self._unclaimed_records(set(by_uid))
         for uid in sorted(gone_uids):
+            if not self._reclaim(uid):
+                continue  # what the driver still holds is recorded there: kept, retried at the next sweep
             try:
                 self._ctx.host.remove_tree(self._ctx.pod_dir(uid))
             except HostPathError as exc:
@@ -812,6 +814,25 @@ class Allocator:
                     exc,
                 )
         return changed
+
+    def _reclaim(self, uid: str) -> bool:
+        """The responder's own reclaim of a gone Pod (:class:`~..respond.Reclaimer`); False when it
+        could not destroy everything."""
+        reclaim = getattr(self._responder, "reclaim", None)
+        if reclaim is None:
+            return True
+        try:
+            for line in reclaim(uid, self._ctx):
+                log.info("%s: %s", self.manufacturer.name, line)
+        except RefusedError as exc:
+            log.error("%s: gone Pod %s: %s; its working directory is kept", self.manufacturer.name, uid, exc.message)
+            return False
+        except Exception:
+            log.exception(
+                "%s: reclaiming gone Pod %s failed; its working directory is kept", self.manufacturer.name, uid
+            )
+            return False
+        return True
 
     def _unclaimed_records(self, live: set[str]) -> set[str]:
         """Pod directories whose record names this manufacturer and whose Pod is gone (a restart lost

@@ -265,6 +265,17 @@ class Responder(Protocol):
     def respond(self, grant: Grant, ctx: RespondContext) -> Injection: ...
 
 
+class Reclaimer(Protocol):
+    """Optional on a responder whose slices outlive the container in the driver (MetaX sGPU
+    subdevices, Cambricon sMLU instances: spec "Container identification" -- they stay charged until
+    the Pod is gone, "because the reclaimer destroys them only then"). The allocator calls ``reclaim``
+    once the Pod is gone from the node, before it removes the Pod's working directory, which holds the
+    responder's records of what it made. Returns what it did (logged); raises :class:`RefusedError`
+    when something could not be destroyed -- the directory is then kept and the reclaim retried."""
+
+    def reclaim(self, pod_uid: str, ctx: RespondContext) -> list[str]: ...
+
+
 # -- rules that hold for every vendor ---------------------------------------------------------------
 
 
@@ -351,6 +362,7 @@ __all__ = [
     "Mount",
     "PartitionInstance",
     "Partitioner",
+    "Reclaimer",
     "RefusedError",
     "RespondContext",
     "Responder",

@@ -215,8 +215,48 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
         raise RefusedError(f"the sMLU instance record {directory}/{RECORD} cannot be written: {exc}") from None
 
 
+def reclaim(pod_uid: str, ctx: RespondContext) -> list[str]:
+    """Destroy the sMLU instances a gone Pod's containers recorded (``<container>/smlu.json``) that
+    cnDev still lists under their name. A record that cannot be read, or a cnDev call that fails, is
+    refused: the directory stays and the reclaim is retried."""
+    directory = ctx.pod_dir(pod_uid)
+    if not ctx.host.is_dir(directory):
+        return []
+    wanted: list[tuple[int, str]] = []
+    try:
+        for container in ctx.host.listdir(directory):
+            path = f"{directory}/{container}/{RECORD}"
+            if not ctx.host.is_dir(f"{directory}/{container}") or not ctx.host.exists(path):
+                continue
+            try:
+                doc = json.loads(ctx.host.read_text(path))
+                wanted += [(int(r["index"]), str(r["name"])) for r in doc["instances"]]
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise RefusedError(f"cambricon: the sMLU record {path} cannot be read ({exc})") from None
+    except HostPathError as exc:
+        raise RefusedError(f"cambricon: {directory} cannot be read ({exc})") from None
+    if not wanted:
+        return []
+    done: list[str] = []
+    with _cndev(ctx, f"Cambricon reclaim of Pod {pod_uid}") as cn:
+        try:
+            for index, name in wanted:
+                instance = _find(cn, cn.handle(index), name)
+                if instance is not None:
+                    cn.destroy_smlu_instance(instance.instance_id << 8 | index)
+                    done.append(f"sMLU instance {name} on cnDev index {index} destroyed (its Pod is gone)")
+        except (CndevError, MissingSymbolError) as exc:
+            raise RefusedError(
+                f"cambricon: an sMLU instance of gone Pod {pod_uid} could not be destroyed: {exc}"
+            ) from None
+    return done
+
+
 class CambriconResponder:
     families = frozenset({Family.EXCLUSIVE, Family.SHARED, Family.SLICED, Family.VISIBILITY})
+
+    def reclaim(self, pod_uid: str, ctx: RespondContext) -> list[str]:
+        return reclaim(pod_uid, ctx)
 
     def respond(self, grant: Grant, ctx: RespondContext) -> Injection:
         if grant.family not in self.families:

@@ -243,8 +243,38 @@ def inject_sliced(injection: Injection, ctx: RespondContext, grant: Grant) -> No
     )
 
 
+def reclaim(pod_uid: str, ctx: RespondContext) -> list[str]:
+    """Destroy the sGPU subdevices a gone Pod's records name (and the driver still lists), by writing
+    the index to the registry's ``destroy`` (**assumed**, like ``create``'s line: to be validated on
+    hardware). A record that cannot be read, or a write that fails, is refused: the directory stays."""
+    directory = ctx.pod_dir(pod_uid)
+    if not ctx.host.is_dir(directory):
+        return []
+    done: list[str] = []
+    try:
+        entries = ctx.host.listdir(directory)
+    except HostPathError as exc:
+        raise RefusedError(f"metax: {directory} cannot be listed ({exc.strerror})") from None
+    for entry in entries:
+        if not (entry.startswith(RECORD_PREFIX) and entry.endswith(RECORD_SUFFIX)):
+            continue
+        path = f"{directory}/{entry}"
+        try:
+            record = read_record(ctx, path)
+        except ValueError as exc:
+            raise RefusedError(f"metax: the sgpu record {path} is {exc}; what it made is unknown") from None
+        registry = registry_path(record.bus_id)
+        if ctx.view.is_dir(registry) and record.index in subdevices(ctx, registry):
+            write_sysfs(ctx, f"{registry}/destroy", f"{record.index}\n")
+            done.append(f"sgpu{record.index} on {record.bus_id} destroyed ({record.alias}: its Pod is gone)")
+    return done
+
+
 class MetaxResponder:
     families = frozenset({Family.EXCLUSIVE, Family.SHARED, Family.SLICED, Family.VISIBILITY})
+
+    def reclaim(self, pod_uid: str, ctx: RespondContext) -> list[str]:
+        return reclaim(pod_uid, ctx)
 
     def respond(self, grant: Grant, ctx: RespondContext) -> Injection:
         if grant.family not in self.families:
