@@ -68,7 +68,8 @@ def test_a_count_is_whole(raw: str) -> None:
         ({PCT: "150"}, 81920, SliceBudget(100, 81920, 1_600_000)),
         # floor
         ({PCT: "33"}, 1000, SliceBudget(100, 330, 528_000)),
-        ({PCT: "33.3"}, 1000, SliceBudget(100, 333, 532_800)),
+        # a fractional percentage is read as Quantity.Value() reads it: rounded up (33.3 -> 34)
+        ({PCT: "33.3"}, 1000, SliceBudget(100, 340, 544_000)),
         # cores absent or <= 0 → 100; else as asked
         ({PCT: "50", CORES: "0"}, 81920, SliceBudget(100, 40960, 800_000)),
         ({PCT: "50", CORES: "-5"}, 81920, SliceBudget(100, 40960, 800_000)),
@@ -96,16 +97,17 @@ def test_neither_memory_key_is_refused_with_the_spec_message() -> None:
 @pytest.mark.parametrize(
     ("resources", "match"),
     [
-        ({PCT: "0"}, r"must be in \(0, 100\]"),
-        ({MIB: "-3"}, "positive number of MiB"),
-        ({MIB: "0.5"}, "less than 1 MiB"),
+        # a non-positive key counts as not set (reference rules §5)
+        ({PCT: "0"}, r"must set .* to a positive value \(nvidia.com/gpu.sliced.memory-percentage is 0\)"),
+        ({MIB: "-3"}, "to a positive value"),
+        ({PCT: "1", MIB: "0"}, "less than 1 MiB"),
         ({PCT: "50", UNITS: "0"}, "positive whole number"),
         ({PCT: "lots"}, "not a Kubernetes quantity"),
     ],
 )
 def test_bad_budget_values_are_invalid_arguments(resources: dict[str, str], match: str) -> None:
     with pytest.raises(RefusedError, match=match) as err:
-        slice_budget(N, resources, 81920)
+        slice_budget(N, resources, 50 if resources.get(MIB) == "0" else 81920)
     assert err.value.code is Code.INVALID_ARGUMENT
 
 

@@ -47,9 +47,10 @@ def test_cards_to_credits(cards: int | Decimal, credits: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("credits", "cards"), [(1_600_000, 1), (3_200_000, 2), (Decimal("1599999.5"), 1), (1_599_999, 0)]
+    ("credits", "cards"),
+    [(1_600_000, 1), (3_200_000, 2), (Decimal("1599999.5"), 1), (1_599_999, Decimal("0.999999"))],
 )
-def test_credits_to_cards_ceils_fractional_credits_first(credits: int | Decimal, cards: int) -> None:
+def test_credits_to_cards_ceils_fractional_credits_first(credits: int | Decimal, cards: int | Decimal) -> None:
     assert credits_to_cards(credits) == cards
 
 

@@ -5,16 +5,18 @@ Every function here raises only :class:`RefusedError` (``INVALID_ARGUMENT``) on 
 resource key and what it accepts: a Pod spec is user input.
 
 A slice's memory is ``.sliced.memory-percentage`` when set (floor(vram·pct/100)), else
-``.sliced.memory-mib``; either is capped at the accelerator's VRAM; neither set is refused. Its
-compute is ``.sliced.cores-percentage``, 100 when absent or <= 0 (capped at 100). Its units are the
-webhook-derived ``.sliced.units`` when present, else ``MemoryMibToUnits(memory, vram)``.
+``.sliced.memory-mib``; either is capped at the accelerator's VRAM; neither set is refused. Each is
+read as Kubernetes' ``Quantity.Value()`` reads it (rounded up to a whole number) and a value <= 0
+counts as not set, as the reference does. Its compute is ``.sliced.cores-percentage``, 100 when
+absent or <= 0 (capped at 100). Its units are the webhook-derived ``.sliced.units`` when present,
+else ``MemoryMibToUnits(memory, vram)``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
 from gpustack_operator.allocator.ledger import D, memory_mib_to_units
 from gpustack_operator.allocator.resources import ResourceNames
@@ -73,45 +75,52 @@ def quantity_of(resources: Mapping[str, str], key: str) -> int | None:
         return None
 
 
+def quantity_value(raw: str, key: str) -> int:
+    """A quantity read the way Kubernetes' ``Quantity.Value()`` reads it: rounded *up* to a whole
+    number (``"33.3"`` -> 34, ``"0.5"`` -> 1). The reference reads every slice budget so
+    (reference rules §5); kept within 10**15 so a silly value stays a small int."""
+    value = parse_quantity(raw, key).to_integral_value(rounding=ROUND_CEILING)
+    return int(max(min(value, Decimal(10) ** 15), -(Decimal(10) ** 15)))
+
+
 def slice_budget(
     names: ResourceNames, resources: Mapping[str, str], vram_mib: int, who: str = "the container"
 ) -> SliceBudget:
-    """The budgets of one logical slice on an accelerator of ``vram_mib`` (reference rules §5)."""
+    """The budgets of one logical slice on an accelerator of ``vram_mib`` (reference rules §5):
+    a positive ``.sliced.memory-percentage`` wins (floor(vram·pct/100)), else a positive
+    ``.sliced.memory-mib``; either capped at the VRAM. A key that is absent or not positive counts as
+    not set, and neither set is refused. Cores: ``.sliced.cores-percentage``, 100 when absent or <= 0
+    (capped at 100: a percentage of one accelerator's compute)."""
     pct_key, mib_key = names.sliced_memory_percentage, names.sliced_memory_mib
     pct_raw, mib_raw = resources.get(pct_key), resources.get(mib_key)
-    if pct_raw is None and mib_raw is None:
-        raise RefusedError(f"{who}: a {names.sliced} request must set {pct_key} or {mib_key}", Code.INVALID_ARGUMENT)
+    pct = quantity_value(pct_raw, pct_key) if pct_raw is not None else 0
+    mib = quantity_value(mib_raw, mib_key) if mib_raw is not None else 0
+    if pct <= 0 and mib <= 0:
+        unusable = [f"{k} is {v}" for k, v in ((pct_key, pct_raw), (mib_key, mib_raw)) if v is not None]
+        raise RefusedError(
+            f"{who}: a {names.sliced} request must set {pct_key} or {mib_key}"
+            + (f" to a positive value ({', '.join(unusable)})" if unusable else ""),
+            Code.INVALID_ARGUMENT,
+        )
     if vram_mib <= 0:
         raise RefusedError(
             f"{who}: the accelerator's VRAM is unknown (0 MiB), so no memory budget can be set; "
             "check the device-manager's detection of it",
             Code.FAILED_PRECONDITION,
         )
-    if pct_raw is not None:
-        pct = parse_quantity(pct_raw, pct_key)
-        if pct <= 0:
-            raise RefusedError(f"{who}: {pct_key} must be in (0, 100], not {pct_raw}", Code.INVALID_ARGUMENT)
-        memory = int((Decimal(vram_mib) * min(pct, Decimal(100)) / 100).to_integral_value(rounding=ROUND_FLOOR))
-    else:
-        assert mib_raw is not None
-        mib = parse_quantity(mib_raw, mib_key)
-        if mib <= 0:
-            raise RefusedError(
-                f"{who}: {mib_key} must be a positive number of MiB, not {mib_raw}", Code.INVALID_ARGUMENT
-            )
-        memory = int(min(mib, Decimal(vram_mib)).to_integral_value(rounding=ROUND_FLOOR))
-    memory = min(memory, vram_mib)
+    memory = min(vram_mib * pct // 100, vram_mib) if pct > 0 else min(mib, vram_mib)
     if memory <= 0:
         raise RefusedError(
-            f"{who}: a memory budget of {pct_raw or mib_raw} is less than 1 MiB of this accelerator's {vram_mib} MiB",
+            f"{who}: a memory budget of {pct_raw if pct > 0 else mib_raw} is less than 1 MiB of this "
+            f"accelerator's {vram_mib} MiB; ask for more",
             Code.INVALID_ARGUMENT,
         )
     cores = 100
     cores_raw = resources.get(names.sliced_cores_percentage)
     if cores_raw is not None:
-        value = parse_quantity(cores_raw, names.sliced_cores_percentage)
+        value = quantity_value(cores_raw, names.sliced_cores_percentage)
         if value > 0:
-            cores = max(1, int(min(value, Decimal(100)).to_integral_value(rounding=ROUND_FLOOR)))
+            cores = min(value, 100)
     units = units_of(resources, names.sliced_units, who)
     if units is None:
         units = memory_mib_to_units(memory, vram_mib)
@@ -140,6 +149,13 @@ def partition_profile(names: ResourceNames, resources: Mapping[str, str], who: s
     if len(profiles) > 1:
         raise RefusedError(
             f"{who}: a Pod may request only one partition profile, found [{' '.join(profiles)}]", Code.INVALID_ARGUMENT
+        )
+    key = names.partitioned_profile(profiles[0])
+    raw = resources.get(key)
+    if raw is not None and quantity_of(resources, key) != 1:  # supplement §5.3 rule 5
+        raise RefusedError(
+            f"{who}: {key}: Invalid value: {raw!r}: a partition profile request must be exactly 1 instance",
+            Code.INVALID_ARGUMENT,
         )
     return profiles[0]
 

@@ -47,7 +47,9 @@ Reading a refusal (the kubelet fails the Pod with ``UnexpectedAdmissionError`` c
 - ``FAILED_PRECONDITION`` "<sidecar>: no other container of this Pod holds ..." / "... is not live" --
   the visibility sidecar's owner cannot be substantiated; it fails closed rather than widen the grant.
 - ``INVALID_ARGUMENT`` -- a request value the budget cannot read (neither memory key on a slice, a
-  partition naming no profile, a malformed quantity); the message names the key.
+  partition naming no profile or a profile key other than 1, a malformed quantity); the message names
+  the key. Also a ``.sliced`` or ``.partitioned`` request of more than one (supplement §5.3 rules 2,
+  3): the webhook refuses those on the scheduling chain, a Pod outside it is refused here.
 - ``INTERNAL`` "<manufacturer> responder failed ...: <error>" -- a bug in a responder (traceback logged).
 - anything else is the responder's own refusal, passed through.
 """
@@ -371,6 +373,7 @@ class Allocator:
             raise RefusedError(f"{resource} is not served here ({self.manufacturer.name} allocator)", Code.NOT_FOUND)
         if not requests:
             return []
+        self._single(family, resource, requests)
         with self._lock:
             pods = self._node_pods()
             self._sync(pods)
@@ -397,6 +400,23 @@ class Allocator:
                 raise
             self._bump()
             return injections
+
+    @staticmethod
+    def _single(family: Family, resource: str, requests: list[list[str]]) -> None:
+        """A ``.sliced`` and a ``.partitioned`` request is always exactly 1 (supplement §5.3 rules 2
+        and 3). The Pod webhook says so for Pods on the scheduling chain; a Pod outside it reaches
+        this call unchecked, so the rule is kept here too rather than granting a multi-accelerator
+        slice the responders do not model."""
+        why = {
+            Family.SLICED: "a logical slice request is always a single accelerator; multi-accelerator logical "
+            "slicing is not supported yet",
+            Family.PARTITIONED: "a partition request is always a single accelerator; request one Pod per instance",
+        }.get(family)
+        if why is None:
+            return
+        for ids in requests:
+            if len(ids) != 1:
+                raise RefusedError(f'{resource}: Invalid value: "{len(ids)}": {why}', Code.INVALID_ARGUMENT)
 
     def _node_pods(self) -> list[PodSpec]:
         try:

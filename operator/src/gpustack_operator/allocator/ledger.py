@@ -49,11 +49,14 @@ def cards_to_credits(cards: int | Decimal) -> int:
     return int((Decimal(cards) * D).to_integral_value(rounding=ROUND_CEILING))
 
 
-def credits_to_cards(credits: int | Decimal) -> int:
-    """Credits → whole cards: fractional credits are ceiled first (reference rules §5), then counted
-    in whole cards (``1600k`` → 1, ``3200k`` → 2)."""
+def credits_to_cards(credits: int | Decimal) -> Decimal:
+    """Credits → cards, fraction kept at micro-card precision (reference rules §5): fractional
+    credits are ceiled to a whole credit first (Kueue's ``ResourceValue`` quantisation), then divided
+    by D and truncated to 1e-6 (``1600k`` → 1, ``200k`` → 0.125, ``3125`` → 0.001953,
+    ``199999.5`` → 0.125). A fraction, not a floor, so a slice's credits read back as its card share."""
     whole = int(Decimal(credits).to_integral_value(rounding=ROUND_CEILING))
-    return whole // D
+    micro = abs(whole) * 1_000_000 // D
+    return Decimal(micro if whole >= 0 else -micro).scaleb(-6).normalize() + 0
 
 
 def sliced_units(quantity: int, partitions: int) -> int:

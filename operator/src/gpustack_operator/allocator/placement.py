@@ -115,8 +115,10 @@ def preferred_sliced(
     def fits(room: CardRoom) -> bool:
         return room.fits(units.get(room.accelerator) if isinstance(units, Mapping) else units)
 
-    fit = sorted((r for r in rest if fits(r)), key=lambda r: (r.remaining, -r.slices, r.position))
-    unfit = sorted((r for r in rest if not fits(r)), key=lambda r: (-r.remaining, r.slices, r.position))
+    # reference rules §6: fullest (least Remaining) first, then emptiest first; a tie goes to the
+    # lower position -- Remaining alone measures fullness (not the slice count)
+    fit = sorted((r for r in rest if fits(r)), key=lambda r: (r.remaining, r.position))
+    unfit = sorted((r for r in rest if not fits(r)), key=lambda r: (-r.remaining, r.position))
     order = must_cards + [r.accelerator for r in fit + unfit]
     return _fill(must, order, per_card=per_card, card_of=card_of, size=size, one_per_card=True)
 
