@@ -62,6 +62,7 @@ from gpustack_operator.manufacturers.amd.cumask import (
     place,
     topology_of,
 )
+from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -292,8 +293,10 @@ def inject_sliced(injection: Injection, ctx: RespondContext, grant: Grant, gpus:
     env = grant.container.env
     injection.envs["ROCR_VISIBLE_DEVICES"] = ",".join(g.id for g in grant.accelerators)
     injection.envs["HSA_CU_MASK"] = ";".join(windows[g.id].mask(pos) for pos, g in enumerate(grant.accelerators))
-    for pos, _granted in enumerate(grant.accelerators):
-        injection.envs[f"VROCM_DEVICE_MEMORY_LIMIT_{pos}"] = str(budget.memory_mib)
+    for pos, granted in enumerate(grant.accelerators):  # bare MiB, capped at the card (reference rules §5)
+        vram = granted.group.memory
+        memory = min(budget.memory_mib, vram) if vram > 0 else budget.memory_mib
+        injection.envs[f"VROCM_DEVICE_MEMORY_LIMIT_{pos}"] = str(memory)
     mount_pod_dir(injection, ctx, grant, LEDGER_DIR)
     injection.envs["VROCM_LEDGER_PATH"] = f"{LEDGER_DIR}/{LEDGER_FILE}"
     set_default(injection, env, "LIBVROCM_LOG_LEVEL", "1")
@@ -319,6 +322,14 @@ class AmdResponder:
             raise RefusedError(f"amd serves no {grant.family} allocation (it has no hardware partitioning)")
         if not grant.accelerators:
             raise RefusedError(f"amd {grant.container.label}: a grant of no accelerator")
+        if grant.partition is not None or grant.owner_family is Family.PARTITIONED:
+            # supplement §1.7: a partition-backed owner's sidecar needs partition capability, which
+            # AMD has not; fail closed rather than hand out the parent card
+            raise RefusedError(
+                f"amd {grant.container.label}: the grant names a hardware partition, and AMD has no "
+                "partitioning; refusing rather than exposing a whole card"
+            )
+        granted_ids(grant, str(grant.family))  # one accelerator twice is refused (spec "Exclusive and shared")
         injection = Injection()
         gpus = kfd_gpus(ctx.view)
         inject_nodes(injection, ctx, grant, gpus)

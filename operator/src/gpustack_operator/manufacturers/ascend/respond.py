@@ -44,6 +44,7 @@ from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers.ascend import soc
 from gpustack_operator.manufacturers.ascend.modes import CONTAINER_SHARE, NOT_LOADED, READ_FAILED
 from gpustack_operator.manufacturers.base import ModeError, ModeState
+from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Code,
     Family,
@@ -162,6 +163,11 @@ def parse_config(text: str) -> dict[str, str]:
     return values
 
 
+def cores_quota(percent: int) -> int:
+    """``aicore-quota``: the cores percentage, absent or <= 0 meaning 100 (reference rules §5)."""
+    return percent if 0 < percent <= 100 else 100
+
+
 def render_config(physical: int, virtual: int, cores: int, memory_mib: int, accelerator_id: str) -> str:
     return (
         f"physical-npu-id={physical}\n"
@@ -245,7 +251,9 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
         ctx.host.makedirs(directory)
         ctx.host.write_text(
             config,
-            render_config(physical, virtual, grant.budget.cores_percent, grant.budget.memory_mib, granted.id),
+            render_config(
+                physical, virtual, cores_quota(grant.budget.cores_percent), grant.budget.memory_mib, granted.id
+            ),
         )
     except HostPathError as exc:
         raise RefusedError(f"Ascend vNPU config {config} cannot be written: {exc}") from None
@@ -262,6 +270,13 @@ class AscendResponder:
             raise RefusedError(f"Ascend serves no {grant.family} allocation")
         if not grant.accelerators:
             raise RefusedError("an Ascend allocation names no NPU")
+        if grant.partition is not None or grant.owner_family is Family.PARTITIONED:
+            # supplement §1.7: a partition-backed owner's sidecar needs partition capability; fail closed
+            raise RefusedError(
+                f"{grant.container.label}: the grant names a hardware partition, and Ascend has none here; "
+                "refusing rather than exposing a whole NPU"
+            )
+        granted_ids(grant, str(grant.family))  # one NPU twice is refused (spec "Exclusive and shared")
         injection = Injection()
         visible = [visible_index(g) for g in grant.accelerators]  # refuses before anything is written
         if grant.family is Family.SLICED:  # every refusal that writes nothing comes before the flag

@@ -35,6 +35,7 @@ from gpustack_operator.manufacturers.base import ModeError
 from gpustack_operator.manufacturers.cambricon.cndev import CndevError, CnDevSmlu, MissingSymbolError, SmluInstance
 from gpustack_operator.manufacturers.cambricon.detect import LIBRARY, mlu_id
 from gpustack_operator.manufacturers.cambricon.modes import NO_API, SMLU
+from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Code,
     Family,
@@ -172,6 +173,8 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
     budget = grant.budget
     if budget is None:
         raise RefusedError("a Cambricon sliced allocation carries no slice budget", code=Code.INTERNAL)
+    # mluQuota = cores%, absent or <= 0 meaning 100 (reference rules §5)
+    cores = budget.cores_percent if 0 < budget.cores_percent <= 100 else 100
     for granted in grant.accelerators:  # the card nodes are required before anything is made
         if not ctx.view.exists(card_node(driver_index(granted))):
             raise RefusedError(
@@ -183,7 +186,7 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
     records: list[dict[str, object]] = []
     with _cndev(ctx, f"Cambricon {grant.container.label}") as cn:
         for granted in grant.accelerators:
-            instance, pid = _instance(cn, grant, granted, budget.cores_percent, budget.memory_mib)
+            instance, pid = _instance(cn, grant, granted, cores, budget.memory_mib)
             index = driver_index(granted)
             if not instance.dev_node or not ctx.view.exists(instance.dev_node):
                 raise RefusedError(
@@ -263,6 +266,13 @@ class CambriconResponder:
             raise RefusedError(f"Cambricon serves no {grant.family} allocation")
         if not grant.accelerators:
             raise RefusedError("a Cambricon allocation names no MLU")
+        if grant.partition is not None or grant.owner_family is Family.PARTITIONED:
+            # supplement §1.7: a partition-backed owner's sidecar needs partition capability; fail closed
+            raise RefusedError(
+                f"{grant.container.label}: the grant names a hardware partition, and Cambricon has no "
+                "partitioning; refusing rather than exposing a whole MLU"
+            )
+        granted_ids(grant, str(grant.family))  # one MLU twice is refused (spec "Exclusive and shared")
         injection = Injection()
         if grant.family is Family.SLICED:
             respond_sliced(grant, ctx, injection)

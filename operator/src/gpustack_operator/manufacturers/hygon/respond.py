@@ -39,6 +39,7 @@ from __future__ import annotations
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.manufacturers import kfd
 from gpustack_operator.manufacturers.hygon import partition, vdev
+from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -179,7 +180,12 @@ def place_vdev(ctx: RespondContext, grant: Grant, granted: Granted, cus: int) ->
         raise RefusedError(f"hygon DCU {granted.id}: it reports no PCI bus id, which vdev.conf names it by")
     directory = vdev_dir(ctx, grant.container.pod_uid, grant.container.container)
     path = f"{directory}/{VDEV_FILE}"
-    percent = budget.cores_percent if budget.cores_percent > 0 else 100
+    if not 0 < cus <= vdev.MASK_BITS:
+        raise RefusedError(
+            f"hygon DCU {granted.id}: it reports {cus} CUs, and vdev.conf's two 64-bit cu_mask words address "
+            f"1 to {vdev.MASK_BITS}; it cannot be sliced"
+        )
+    percent = budget.cores_percent if 0 < budget.cores_percent <= 100 else 100
     count = vdev.cu_count(percent, cus)
     others = neighbours(ctx, directory)
     mine = earlier(ctx, path, bus_id)
@@ -280,6 +286,13 @@ class HygonResponder:
     def respond(self, grant: Grant, ctx: RespondContext) -> Injection:
         if not grant.accelerators:
             raise RefusedError(f"hygon {grant.container.label}: a grant of no accelerator")
+        if grant.family is Family.VISIBILITY and grant.owner_family is Family.PARTITIONED and grant.partition is None:
+            # supplement §1.7: a partition-backed owner's sidecar is given the partition, never the parent
+            raise RefusedError(
+                f"hygon {grant.container.label}: the owner holds a Hygon partition but none is recorded for its "
+                "sidecar; refusing rather than exposing the parent DCU"
+            )
+        granted_ids(grant, str(grant.family))  # one DCU twice is refused (spec "Exclusive and shared")
         injection = Injection()
         gpus = kfd_gpus(ctx.view)
         inject_nodes(injection, ctx, grant, gpus)  # first: no slice is written for a DCU that cannot be given

@@ -54,6 +54,7 @@ from gpustack_operator.manufacturers.metax.modes import (
     read_registry,
     registry_path,
 )
+from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -281,6 +282,13 @@ class MetaxResponder:
             raise RefusedError(f"metax serves no {grant.family} allocation (it has no hardware partitioning)")
         if not grant.accelerators:
             raise RefusedError(f"metax {grant.container.label}: a grant of no accelerator")
+        if grant.partition is not None or grant.owner_family is Family.PARTITIONED:
+            # supplement §1.7: a partition-backed owner's sidecar needs partition capability; fail closed
+            raise RefusedError(
+                f"metax {grant.container.label}: the grant names a hardware partition, and MetaX has no "
+                "partitioning; refusing rather than exposing a whole GPU"
+            )
+        granted_ids(grant, str(grant.family))  # one GPU twice is refused (spec "Exclusive and shared")
         injection = Injection()
         inject_nodes(injection, ctx, grant)  # first: no subdevice is made for a GPU that cannot be given
         if grant.family is Family.SLICED:

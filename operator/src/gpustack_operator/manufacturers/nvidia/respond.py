@@ -143,8 +143,10 @@ def inject_hami_core(injection: Injection, grant: Grant, ctx: RespondContext, su
         )
     cores = budget.cores_percent if 0 < budget.cores_percent <= 100 else 100
     mount_preload(injection, ctx, subtree=subtree, container_dir=VGPU_CONTAINER_DIR, library=VGPU_LIBRARY, grant=grant)
-    for position, _ in enumerate(grant.accelerators):
-        injection.envs[f"{MEMORY_LIMIT}{position}"] = f"{budget.memory_mib}m"
+    for position, granted in enumerate(grant.accelerators):  # capped at each card's VRAM (reference rules §5)
+        vram = granted.group.memory
+        memory = min(budget.memory_mib, vram) if vram > 0 else budget.memory_mib
+        injection.envs[f"{MEMORY_LIMIT}{position}"] = f"{memory}m"
     injection.envs[SM_LIMIT] = str(cores)
     injection.envs[SHARED_CACHE_ENV] = SHARED_CACHE
     mount_pod_dir(injection, ctx, grant, VGPU_CACHE_DIR)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 
 from gpustack_operator.host import HostPathError
+from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -88,7 +89,8 @@ def _sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> None:
         injection.add_mount(MONITOR_CONTAINER_PATH, f"{host_dir}/{MONITOR}")
     else:
         injection.log.append(f"thead: {host_dir}/{MONITOR} is not staged; the container has no ppu-monitor")
-    injection.envs[SM_LIMIT] = str(budget.cores_percent)
+    # emitted even at 100 % (supplement §1.6); absent or <= 0 means 100 (reference rules §5)
+    injection.envs[SM_LIMIT] = str(budget.cores_percent if 0 < budget.cores_percent <= 100 else 100)
     for position, granted in enumerate(grant.accelerators):  # ascending index: the container's numbering
         vram = granted.group.memory
         memory = min(budget.memory_mib, vram) if vram > 0 else budget.memory_mib
@@ -112,8 +114,16 @@ class TheadResponder:
         partition_backed = grant.family is Family.PARTITIONED or (
             grant.family is Family.VISIBILITY and grant.partition is not None
         )
+        if grant.family is Family.VISIBILITY and grant.owner_family is Family.PARTITIONED and not partition_backed:
+            # supplement §1.7: a partition-backed owner's sidecar is given the partition, never the parent
+            raise RefusedError(
+                f"{grant.container.label}: the owner holds a T-Head partition but none is recorded for its "
+                "sidecar; refusing rather than exposing the parent PPU"
+            )
         if not partition_backed and not grant.accelerators:
             raise RefusedError("a T-Head allocation names no PPU")
+        if not partition_backed:
+            granted_ids(grant, str(grant.family))  # one PPU twice is refused (spec "Exclusive and shared")
         _control_nodes(ctx, injection)
         if partition_backed:
             _partition_nodes(grant, ctx, injection)
