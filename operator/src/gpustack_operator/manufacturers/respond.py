@@ -279,6 +279,24 @@ class Reclaimer(Protocol):
 # -- rules that hold for every vendor ---------------------------------------------------------------
 
 
+def granted_ids(grant: Grant, what: str) -> list[str]:
+    """The granted accelerators' ids in the grant's (ascending index) order; refused when there are
+    none or one appears twice (a shared grant of N is N distinct accelerators, spec "Exclusive and
+    shared": a container must not get fewer accelerators than it asked for)."""
+    ids = [g.id for g in grant.accelerators]
+    if not ids:
+        raise RefusedError(f"{grant.container.label}: {what} grant names no accelerator")
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise RefusedError(
+                f"{grant.container.label}: accelerator {i} was granted twice; a {grant.family} grant of "
+                f"{len(ids)} must be {len(ids)} distinct accelerators"
+            )
+        seen.add(i)
+    return ids
+
+
 def set_default(injection: Injection, container_env: Mapping[str, str], name: str, value: str) -> None:
     """Never-overwrite (spec "Sliced"): inject ``name=value`` only if the container's own ``env:``
     does not set ``name``."""
@@ -367,6 +385,7 @@ __all__ = [
     "RespondContext",
     "Responder",
     "SliceBudget",
+    "granted_ids",
     "mount_pod_dir",
     "mount_preload",
     "require_devices",

@@ -62,7 +62,6 @@ from gpustack_operator.manufacturers.amd.cumask import (
     place,
     topology_of,
 )
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -70,6 +69,7 @@ from gpustack_operator.manufacturers.respond import (
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
     mount_pod_dir,
     mount_preload,
     require_devices,

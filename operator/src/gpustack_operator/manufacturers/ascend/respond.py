@@ -44,7 +44,6 @@ from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers.ascend import soc
 from gpustack_operator.manufacturers.ascend.modes import CONTAINER_SHARE, NOT_LOADED, READ_FAILED
 from gpustack_operator.manufacturers.base import ModeError, ModeState
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Code,
     Family,
@@ -53,6 +52,7 @@ from gpustack_operator.manufacturers.respond import (
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
     mount_preload,
     set_default,
 )

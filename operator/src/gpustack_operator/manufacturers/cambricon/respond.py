@@ -35,7 +35,6 @@ from gpustack_operator.manufacturers.base import ModeError
 from gpustack_operator.manufacturers.cambricon.cndev import CndevError, CnDevSmlu, MissingSymbolError, SmluInstance
 from gpustack_operator.manufacturers.cambricon.detect import LIBRARY, mlu_id
 from gpustack_operator.manufacturers.cambricon.modes import NO_API, SMLU
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Code,
     Family,
@@ -44,6 +43,7 @@ from gpustack_operator.manufacturers.respond import (
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
 )
 
 VISIBLE = "CAMBRICON_VISIBLE_DEVICES"

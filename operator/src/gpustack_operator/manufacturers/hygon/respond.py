@@ -39,7 +39,6 @@ from __future__ import annotations
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.manufacturers import kfd
 from gpustack_operator.manufacturers.hygon import partition, vdev
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -47,6 +46,7 @@ from gpustack_operator.manufacturers.respond import (
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
     require_devices,
 )
 

@@ -25,8 +25,8 @@ from pydantic import ValidationError
 
 from gpustack_operator.manufacturers.base import PreloadLibrary
 from gpustack_operator.manufacturers.iluvatar.identity import IDENTITY
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids, inject_hami_core
-from gpustack_operator.manufacturers.respond import Family, Grant, Injection, RefusedError, RespondContext
+from gpustack_operator.manufacturers.nvidia.respond import inject_hami_core  # Iluvatar reuses HAMi-core
+from gpustack_operator.manufacturers.respond import Family, Grant, Injection, RefusedError, RespondContext, granted_ids
 from gpustack_operator.settings import manufacturer_overrides
 
 VISIBLE_DEVICES = "IX_VISIBLE_DEVICES"

@@ -54,7 +54,6 @@ from gpustack_operator.manufacturers.metax.modes import (
     read_registry,
     registry_path,
 )
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
@@ -62,6 +61,7 @@ from gpustack_operator.manufacturers.respond import (
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
     require_devices,
 )
 

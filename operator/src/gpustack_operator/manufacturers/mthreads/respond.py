@@ -26,8 +26,7 @@ cards is not established on hardware.
 
 from __future__ import annotations
 
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
-from gpustack_operator.manufacturers.respond import Family, Grant, Injection, RefusedError, RespondContext
+from gpustack_operator.manufacturers.respond import Family, Grant, Injection, RefusedError, RespondContext, granted_ids
 
 VISIBLE_DEVICES = "MTHREADS_VISIBLE_DEVICES"
 QOS_MEMORY_LIMIT = "MTHREADS_QOS_MEMORY_LIMIT"  # bytes (name not in the spec: MT toolkit's)

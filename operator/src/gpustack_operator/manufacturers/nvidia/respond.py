@@ -37,6 +37,7 @@ from gpustack_operator.manufacturers.respond import (
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
     mount_pod_dir,
     mount_preload,
     set_default,
@@ -58,24 +59,6 @@ SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 SHARED_CACHE_ENV = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
 LOG_LEVEL = ("LIBCUDA_LOG_LEVEL", "0")  # quiets the per-call interception log (never-overwrite)
 DEVICE_ORDER = ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVIDIA only (never-overwrite)
-
-
-def granted_ids(grant: Grant, what: str) -> list[str]:
-    """The granted accelerators' ids in the grant's (ascending index) order; refused when there are
-    none or one appears twice (a shared grant of N is N distinct accelerators, spec "Exclusive and
-    shared": a container must not get fewer accelerators than it asked for)."""
-    ids = [g.id for g in grant.accelerators]
-    if not ids:
-        raise RefusedError(f"{grant.container.label}: {what} grant names no accelerator")
-    seen: set[str] = set()
-    for i in ids:
-        if i in seen:
-            raise RefusedError(
-                f"{grant.container.label}: accelerator {i} was granted twice; a {grant.family} grant of "
-                f"{len(ids)} must be {len(ids)} distinct accelerators"
-            )
-        seen.add(i)
-    return ids
 
 
 def _visibility(injection: Injection, grant: Grant, ids: list[str]) -> None:

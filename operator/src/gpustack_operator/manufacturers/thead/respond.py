@@ -25,13 +25,13 @@ from __future__ import annotations
 import os
 
 from gpustack_operator.host import HostPathError
-from gpustack_operator.manufacturers.nvidia.respond import granted_ids
 from gpustack_operator.manufacturers.respond import (
     Family,
     Grant,
     Injection,
     RefusedError,
     RespondContext,
+    granted_ids,
     mount_pod_dir,
     mount_preload,
     set_default,
