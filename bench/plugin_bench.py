@@ -99,9 +99,34 @@ def percentile(samples: list[float], pct: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))]
 
 
-def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
-    from tests.kubelet.standin import KubeletStandIn  # noqa: PLC0415 (the suite's kubelet, test-only)
+KUBELET_CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[3])
+from tests.kubelet.standin import KubeletStandIn
+kubelet = KubeletStandIn(sys.argv[1], sys.argv[2]).start()
+print("ready", flush=True)
+sys.stdin.read()  # until the parent closes it
+kubelet.close()
+"""
 
+
+def kubelet_process(plugin_dir: Path, pod_resources: Path) -> subprocess.Popen[str]:
+    """The suite's kubelet stand-in in a process of its own, as a kubelet is: its ListAndWatch
+    consumption does not share this process's GIL with the plugin being measured."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    child = subprocess.Popen(
+        [sys.executable, "-c", KUBELET_CHILD, str(plugin_dir), str(pod_resources), repo],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        raise SystemExit("the kubelet stand-in did not start")
+    return child
+
+
+def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
     plugin_dir = tmp / "device-plugins"
     plugin_dir.mkdir()
     pods = MemoryPods()
@@ -109,7 +134,8 @@ def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
     responder = REGISTRY["nvidia"].responder
     assert responder is not None
     allocator = Allocator(nvidia, h100_node(), responder=responder, ctx=context(tmp), pods=pods, node_name=NODE)
-    with KubeletStandIn(plugin_dir, tmp / "pod-resources.sock"):
+    kubelet = kubelet_process(plugin_dir, tmp / "pod-resources.sock")
+    try:
         servers = [
             PluginServer(allocator, pool, "nvidia", kube_socket=str(plugin_dir / "kubelet.sock"))
             for pool in allocator.pools()
@@ -126,6 +152,8 @@ def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
             bench_watch(by_resource["nvidia.com/gpu.shared"], allocator, pods)
         finally:
             plugins.stop()
+    finally:
+        kubelet.communicate("", timeout=30)
     bench_identification(tmp, calls=min(calls, 500))
     bench_rss(tmp)
 

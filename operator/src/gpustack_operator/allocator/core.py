@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -302,14 +302,13 @@ class Allocator:
             return []
         with self._lock:
             rooms = self._rooms()
+            card_of = self._card_lookup(available, must_include)
             if family is Family.EXCLUSIVE:
-                return placement.preferred_exclusive(available, must_include, size, rooms=rooms, card_of=self._card_of)
+                return placement.preferred_exclusive(available, must_include, size, rooms=rooms, card_of=card_of)
             if family is Family.SHARED:
-                return placement.preferred_shared(available, must_include, size, rooms=rooms, card_of=self._card_of)
+                return placement.preferred_shared(available, must_include, size, rooms=rooms, card_of=card_of)
             units = self._hint_units(resource, size)
-            return placement.preferred_sliced(
-                available, must_include, size, rooms=rooms, card_of=self._card_of, units=units
-            )
+            return placement.preferred_sliced(available, must_include, size, rooms=rooms, card_of=card_of, units=units)
 
     def _rooms(self, exclude: ClaimKey | None = None) -> dict[str, placement.CardRoom]:
         return {
@@ -323,6 +322,17 @@ class Allocator:
             )
             for card in self._ledger.cards.values()
         }
+
+    def _card_lookup(self, *token_lists: list[str]) -> Callable[[str], str | None]:
+        """``token -> card`` for the tokens a hint is asked about: the cache's own ``get`` (C speed
+        over 1,024 offered tokens) once each is cached, else :meth:`_card_of` itself."""
+        cache = self._token_cards
+        missing = [t for offered in token_lists for t in offered if t not in cache]
+        for token in missing:
+            self._card_of(token)
+        if all(t in cache for t in missing):
+            return cache.get
+        return self._card_of  # the cache is full (a flood of unknown ids): look each up
 
     def _card_of(self, token: str) -> str | None:
         try:

@@ -18,8 +18,10 @@ there are enough.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 
 from gpustack_operator.ledger.models import AcceleratorPhysicalSlicedProfile, AcceleratorPlacement
 
@@ -47,19 +49,13 @@ class CardRoom:
 def _by_card(
     available: Iterable[str], rooms: Mapping[str, CardRoom], card_of: Callable[[str], str | None]
 ) -> tuple[list[str], dict[str, list[str]]]:
-    seen: set[str] = set()
-    known: list[str] = []
-    per_card: dict[str, list[str]] = {}
-    for token in available:
-        card = card_of(token)
-        if token in seen or card is None or card not in rooms:
-            continue
-        seen.add(token)
-        known.append(token)
-        per_card.setdefault(card, []).append(token)
-    for tokens in per_card.values():
-        tokens.sort()
-    return known, per_card
+    """The offered tokens this node knows (first occurrence, offered order) and per card (sorted).
+    A kubelet offers every free token -- 1,024 for the slices of eight cards -- so this stays in
+    comprehensions and C-level dict work."""
+    unique = list(dict.fromkeys(available))
+    pairs = [(c, t) for t, c in zip(unique, map(card_of, unique), strict=True) if c is not None and c in rooms]
+    per_card = {card: [t for _, t in group] for card, group in itertools.groupby(sorted(pairs), key=itemgetter(0))}
+    return [t for _, t in pairs], per_card
 
 
 def _fill(
