@@ -128,9 +128,11 @@ def run_preflight(
     probe_image: str | None = None,
     *,
     host_root: str | None = CONTAINER_HOST_ROOT,
+    capabilities: bool = False,
 ) -> Report:
-    """The preflight report. Never raises for what the node holds: an unusable node view is every
-    manufacturer ``unavailable`` with the reason, and the document is still produced.
+    """The preflight report (``capabilities``: also questions 2 and 3, preflight/capability.py --
+    not yet the CLI's default, see docs/preflight.md). Never raises for what the node holds: an
+    unusable node view is every manufacturer ``unavailable`` with the reason, and the document is still produced.
 
     Two contexts, as in production: the detect pass reads ``req.root`` (the node as this container
     sees it); ``host_root`` (``--host-root``, default ``/host``) is entered only for the host's own
@@ -155,14 +157,21 @@ def run_preflight(
     wanted = parse_runtime_name(runtime)
     image = parse_image_ref(probe_image) if probe_image is not None else None
     checked = check_root(host_root, "the host root (--host-root)") if host_root is not None else None
-    del dry_run  # nothing this version does writes to the host or starts a container
     host = HostContext.enter(checked) if checked is not None else None
     try:
         view = HostRoot(req.root)
     except HostRootError as exc:
         return unusable_root_report(req.manufacturers, str(exc), host, runtime=wanted, probe_image=image)
     result = isolated_detect(view, req.resolved, req.settings, req.no_pci_check)
-    return preflight(result, host, runtime=wanted, probe_image=image, view=view)
+    return preflight(
+        result,
+        host,
+        runtime=wanted,
+        probe_image=image,
+        view=view,
+        settings=req.settings if capabilities else None,
+        dry_run=dry_run,
+    )
 
 
 def monitor(req: Request) -> dict[str, object]:

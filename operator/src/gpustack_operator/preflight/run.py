@@ -20,7 +20,9 @@ from gpustack_operator.discovery.network import preflight_rows
 from gpustack_operator.host import HostRoot, HostRootError
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
-from gpustack_operator.manufacturers.base import Detected, DetectOutcome, Unmeasured
+from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
+from gpustack_operator.preflight.capability import Env as CapabilityEnv
+from gpustack_operator.preflight.capability import capability_rows
 from gpustack_operator.preflight.crosscheck import cross_check
 from gpustack_operator.preflight.hostexec import HostExec, HostExecError
 from gpustack_operator.preflight.imageref import ImageRef
@@ -43,6 +45,7 @@ from gpustack_operator.preflight.runtime import (
     unusable_root_resolution,
 )
 from gpustack_operator.preflight.topology import not_read, topology_section
+from gpustack_operator.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +184,10 @@ def preflight_group(
     probe_image: ImageRef | None = None,
     cover: Coverage | None = None,
     view: HostRoot | None = None,
+    capability: CapabilityEnv | None = None,
 ) -> Group:
+    """One manufacturer's group. With ``capability`` (the detect context, host root and switches of
+    the pass), an ``ok`` detection goes on to questions 2 and 3 (:mod:`.capability`)."""
     detection = detection_answer(outcome, cover)
     cli = REGISTRY[manufacturer].host_cli
     if cli is not None and host is not None:
@@ -205,6 +211,13 @@ def preflight_group(
         note = NOTE_DETECTION_FAILED
     else:
         note = NOTE_NOT_YET_ASKED
+        if capability is not None and isinstance(outcome, Detected):
+            rows, note = capability_rows(manufacturer, capability, outcome.groups)
+            if probe_image is not None:
+                note += "; " + NOTE_PROBE_IMAGE.format(image=probe_image)
+            return Group(
+                manufacturer=manufacturer, timestamp=now(), detection=detection, checks=rows or None, note=note
+            )
         if probe_image is not None:
             note += "; " + NOTE_PROBE_IMAGE.format(image=probe_image)
     return Group(manufacturer=manufacturer, timestamp=now(), detection=detection, note=note)
@@ -272,8 +285,13 @@ def preflight(
     runtime: RuntimeName | None = None,
     probe_image: ImageRef | None = None,
     view: HostRoot | None = None,
+    settings: Settings | None = None,
+    dry_run: bool = False,
 ) -> Report:
     """The report for every manufacturer the pass was asked about (none is ever left out).
+
+    With ``settings`` (and ``view``), every manufacturer whose detection is ``ok`` is asked questions
+    2 and 3 (:mod:`.capability`); ``dry_run`` withholds every host and driver write they would make.
 
     ``host`` is the host root entered to cross-check detection against the host's own vendor CLI and
     read for the kubelet's configuration, which gives both the ``topology`` section and the runtime
@@ -294,9 +312,27 @@ def preflight(
     groups = []
     for name, outcome in sorted(result.outcomes.items()):
         try:
+            capability = None
+            if settings is not None and view is not None and name in result.resolved:
+                capability = CapabilityEnv(
+                    resolved=result.resolved[name],
+                    settings=settings,
+                    detect=DetectContext(
+                        view=view, pci=result.pci, settings=settings, manufacturer=result.resolved[name]
+                    ),
+                    host=host.root if host is not None else None,
+                    host_problem=(host.problem if host is not None else "no host root (--host-root) was given"),
+                    dry_run=dry_run,
+                )
             groups.append(
                 preflight_group(
-                    name, outcome, host, probe_image=probe_image, cover=result.coverage.get(name), view=view
+                    name,
+                    outcome,
+                    host,
+                    probe_image=probe_image,
+                    cover=result.coverage.get(name),
+                    view=view,
+                    capability=capability,
                 )
             )
         except Exception as exc:  # contained to this manufacturer; the trace goes to the log

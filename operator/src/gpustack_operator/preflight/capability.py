@@ -1,0 +1,727 @@
+"""Preflight questions 2 and 3 without a container: the driver-read rows, the injection-simulated
+capability rows and Ascend's A5 host-state rows (supplement §1.5, §2.7; reference rules §8).
+
+The rule of the product: preflight drives the allocator's *own* responders with a synthetic
+allocation -- a real :class:`~gpustack_operator.allocator.core.Allocator` for one accelerator, the
+manufacturer's real responder, an in-memory Pod -- so a preflight answer and the allocation it
+predicts cannot disagree. Nothing here reimplements an injection.
+
+Rows, per accelerator (§2.7 tier table and "The full table"):
+
+* the driver-read row, only for a manufacturer that has one: ``mig-partitioning`` (NVIDIA, T-Head;
+  mode ``partitioned``), ``container-share`` (Ascend), ``cu-mask-topology`` (AMD), ``smlu-mode``
+  (Cambricon), ``sgpu-mode`` (MetaX; all four mode ``sliced``). ``container-share`` and ``smlu-mode``
+  are *established*: asked on only where off, put straight back through the mode driver, a failed
+  restore reported on the row (``unavailable``: the accelerator is left on and the row is the only
+  thing that can send someone to turn it off); under ``--dry-run`` the ask is withheld and the row
+  says the mode as read, not established (``unavailable``: offered and not established by this pass).
+* ``sidecar-visibility`` (``simulated`` on every tier): owner then ``sshd`` sidecar allocated in the
+  kubelet's order; ``ok`` when the sidecar's injection names nothing the owner was not granted. A
+  partition-backed accelerator answers ``declared`` (reaching its visibility response means creating
+  a partition).
+* ``sliced-runtime-loaded`` / ``sliced-quota-in-force`` (only on an accelerator declaring logical
+  slicing) and ``co-tenancy`` (logical slicing, or partition-backed): ``simulated`` at most -- the
+  injection was produced and asserted on. The container probes of the container-probe tiers are not
+  built yet; those rows say so in their reason rather than reading as measured.
+* Ascend A5 (family ``950``): ``ascend-docker-runtime`` and ``hccl-ranktable`` (``declared``), once
+  per mode the accelerator serves (:mod:`gpustack_operator.manufacturers.ascend.a5`).
+
+Host writes: the responder's rendered files go to ``/var/lib/gpustack/operator/preflight/render-*``
+through the host root (never ``.../operator/pods``) and are removed at the end of the pass; under
+``--dry-run``, or with no host root, to a process-private temporary directory instead, the staged
+library tree being read (never written) through the host root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from gpustack_operator.allocator.core import Allocator
+from gpustack_operator.allocator.pods import ContainerSpec, KubeletPod, PodSpec
+from gpustack_operator.allocator.resources import ResourceNames, partitioning, tokens
+from gpustack_operator.host import HostPathError, HostRoot
+from gpustack_operator.ledger.models import Accelerator, DevicesGroup
+from gpustack_operator.manufacturers import REGISTRY
+from gpustack_operator.manufacturers.ascend import a5
+from gpustack_operator.manufacturers.base import DetectContext, ModeDriver, ModeError, ModeState, Resolved
+from gpustack_operator.manufacturers.modes import restore
+from gpustack_operator.manufacturers.respond import (
+    LIB_DIR,
+    Family,
+    Injection,
+    RefusedError,
+    RespondContext,
+    Responder,
+)
+from gpustack_operator.preflight.models import Check, Depth, State
+from gpustack_operator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PREFLIGHT_DIR = "/var/lib/gpustack/operator/preflight"
+SLICED = "sliced"
+PARTITIONED = "partitioned"
+
+# §2.7 "The full table": the driver-read row per manufacturer and the mode it answers for.
+DRIVER_ROW: dict[str, tuple[str, str]] = {
+    "nvidia": ("mig-partitioning", PARTITIONED),
+    "thead": ("mig-partitioning", PARTITIONED),
+    "ascend": ("container-share", SLICED),
+    "amd": ("cu-mask-topology", SLICED),
+    "cambricon": ("smlu-mode", SLICED),
+    "metax": ("sgpu-mode", SLICED),
+}
+MODE_NAME = {"ascend": "container-share", "cambricon": "smlu", "metax": "sgpu", "nvidia": "mig"}
+ESTABLISHED = frozenset({"ascend", "cambricon"})
+# §2.7 tier table: who starts a container (its probe is not built yet), who stops at the injection.
+CONTAINER_TIER = frozenset({"nvidia", "ascend", "amd", "thead", "hygon"})
+NO_DRIVER_READ_NOTE = {
+    "hygon": "Hygon's allocator reads no driver before it hands a slice out, so there is no driver-read row: "
+    "its slicing runtime is the vendor's own DTK/hyhal user space, answered by the container probe",
+    "iluvatar": "Iluvatar's allocator reads no driver before it hands a slice out, so there is no driver-read "
+    "row: the slice is the injection (IX_VISIBLE_DEVICES and the quota it carries), enforced by "
+    "ix-container-runtime -- if a slice does not work, look there and at the resource request",
+    "mthreads": "Moore Threads' allocator reads no driver before it hands a slice out, so there is no "
+    "driver-read row: the slice is the injection, enforced by the MT container runtime -- if a slice does "
+    "not work, look there and at the resource request",
+}
+# Responder paths that call the driver directly, with no seam a synthetic grant could substitute
+# (reported, never driven: simulating them would change the hardware).
+NO_SEAM: dict[tuple[str, Family], str] = {
+    ("ascend", Family.SLICED): "the Ascend responder reads and sets container-share through the real DCMI",
+    ("ascend", Family.SHARED): "the Ascend responder reads and sets container-share through the real DCMI",
+    ("ascend", Family.VISIBILITY): "the Ascend responder reads and sets container-share through the real DCMI",
+    ("cambricon", Family.SLICED): "the Cambricon responder creates an sMLU instance through the real CNDev",
+    ("metax", Family.SLICED): "the MetaX responder creates an sGPU subdevice in the real sysfs registry",
+}
+NO_SEAM_WHY = (
+    "{what}, and that responder offers no driver seam a synthetic allocation could substitute, so "
+    "simulating it would change the hardware; this pass did not establish it"
+)
+PROBE_NOT_BUILT = (
+    "the injection was produced by the allocator's own responder and asserted on, but the container probe "
+    "that would measure it from inside a container is not built yet, so this goes no deeper than simulated"
+)
+INJECTION_ONLY = (
+    "this manufacturer's tier stops at the injection (no container is started for it), so simulated is "
+    "the deepest answer"
+)
+PARTITION_DECLARED = (
+    "partition-backed (MIG on): reaching its {what} means driving the capability that also creates a "
+    "partition, so it is answered from what the driver declares ({profiles}), not simulated"
+)
+
+
+def declares_slicing(accelerator: Accelerator) -> bool:
+    sliced = accelerator.status.logical_sliced
+    return not partitioning(accelerator) and sliced is not None and sliced.count > 0
+
+
+def profile_names(acc: Accelerator) -> str | None:
+    sliced = acc.status.physical_sliced
+    return ", ".join(p.name for p in sliced.profiles) if sliced is not None and sliced.profiles else None
+
+
+def served_modes(accelerator: Accelerator) -> list[str]:
+    """The allocation modes an accelerator serves (supplement §5.1): a partition-backed one serves
+    only ``partitioned`` (and visibility)."""
+    if partitioning(accelerator):
+        return [PARTITIONED, "visibility"]
+    return ["exclusive", "shared", *([SLICED] if declares_slicing(accelerator) else []), "visibility"]
+
+
+@dataclass(frozen=True)
+class Env:
+    """What the capability pass may reach: the detection context (driver reads), the host root
+    (render files, the staged library tree, the A5 files) and the run's switches."""
+
+    resolved: Resolved
+    settings: Settings
+    detect: DetectContext | None
+    host: HostRoot | None
+    host_problem: str | None
+    dry_run: bool = False
+
+
+# -- question 2: the driver-read row ---------------------------------------------------------------
+
+
+def _row(  # noqa: PLR0917 - one row, six facts
+    acc: Accelerator, capability: str, mode: str, state: State, depth: Depth, words: str | None
+) -> Check:
+    ok = state is not State.UNAVAILABLE
+    return Check(
+        accelerator=acc.id,
+        capability=capability,
+        mode=mode,
+        state=state,
+        depth=depth,
+        detail=words if ok else None,
+        reason=None if ok else words,
+    )
+
+
+def _one(group: DevicesGroup, acc: Accelerator) -> list[DevicesGroup]:
+    return [group.model_copy(update={"accelerators": [acc]})]
+
+
+def _read_mode(driver: ModeDriver, env: Env, group: DevicesGroup, acc: Accelerator) -> ModeState | str:
+    if env.detect is None:
+        return "the driver could not be asked: this pass has no detection context for it"
+    try:
+        (state,) = driver.read(env.detect, _one(group, acc))
+    except ModeError as exc:
+        return str(exc)
+    return state
+
+
+def mig_row(manufacturer: str, env: Env, group: DevicesGroup, acc: Accelerator) -> Check:
+    capability, mode = DRIVER_ROW[manufacturer]
+    profiles = acc.status.physical_sliced
+    named = profile_names(acc)
+    if manufacturer == "thead":  # HGML answered the detect pass; its partition profiles are the declaration
+        if profiles is None:
+            return _row(acc, capability, mode, State.NOT_DECLARED, Depth.DECLARED, "no physical-slice profile declared")
+        return _row(acc, capability, mode, State.OK, Depth.DECLARED, f"declares physical-slice profiles: {named}")
+    state = _read_mode(REGISTRY[manufacturer].modes[MODE_NAME[manufacturer]], env, group, acc)
+    if isinstance(state, str):
+        return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, state)
+    if not state.declared or state.enabled is False:
+        why = state.detail or ("MIG is off" if state.declared else "this accelerator has no MIG")
+        return _row(acc, capability, mode, State.NOT_DECLARED, Depth.DECLARED, f"no physical-slice profile: {why}")
+    if state.enabled is None:
+        return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, state.detail or "MIG mode unreadable")
+    words = "MIG is on" + (f"; profiles: {named}" if named else "") + (f" ({state.detail})" if state.detail else "")
+    return _row(acc, capability, mode, State.OK, Depth.DECLARED, words)
+
+
+def established_row(manufacturer: str, env: Env, group: DevicesGroup, acc: Accelerator) -> Check:
+    """``container-share`` / ``smlu-mode``: on → ok; off → asked on and put straight back (dry run:
+    withheld); not declared → not-declared; unreadable or refused → unavailable."""
+    capability, mode = DRIVER_ROW[manufacturer]
+    driver = REGISTRY[manufacturer].modes[MODE_NAME[manufacturer]]
+    state = _read_mode(driver, env, group, acc)
+    if isinstance(state, str):
+        return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, state)
+    if not state.declared:
+        return _row(acc, capability, mode, State.NOT_DECLARED, Depth.DECLARED, state.detail)
+    if state.enabled is True:
+        return _row(acc, capability, mode, State.OK, Depth.DECLARED, f"{driver.mode} is on" + _also(state.detail))
+    if state.enabled is None:
+        return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, state.detail or "unreadable")
+    if env.dry_run or env.detect is None:
+        return _row(
+            acc,
+            capability,
+            mode,
+            State.UNAVAILABLE,
+            Depth.DECLARED,
+            f"{driver.mode} reads off and was not established: --dry-run withholds the ask (turning it on is a "
+            "write, however briefly it is held), so whether the driver accepts it is not asked -- run without "
+            "--dry-run to find out",
+        )
+    try:
+        change = driver.set(env.detect, state, True)
+    except ModeError as exc:
+        return _row(
+            acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, f"the driver refused turning it on: {exc}"
+        )
+    if change.after is not True:
+        return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, f"{driver.mode} did not turn on")
+    try:
+        back = restore(env.detect, driver, _one(group, acc), change)
+        if back.after is not False:
+            raise ModeError(acc.id, driver.mode, f"it still reads {back.after}")
+    except ModeError as exc:
+        undo = f"; run `{change.undo_command}` on the host" if change.undo_command else ""
+        return _row(
+            acc,
+            capability,
+            mode,
+            State.UNAVAILABLE,
+            Depth.DECLARED,
+            f"RESTORE FAILED: {driver.mode} was off, the driver accepted turning it on, and putting it back off "
+            f"failed, so this accelerator is LEFT ON: {exc}{undo}",
+        )
+    return _row(
+        acc,
+        capability,
+        mode,
+        State.OK,
+        Depth.DECLARED,
+        f"{driver.mode} was off; the driver accepted turning it on ({change.command}) and it was put straight back off",
+    )
+
+
+def _also(detail: str | None) -> str:
+    return f" ({detail})" if detail else ""
+
+
+def sgpu_row(env: Env, group: DevicesGroup, acc: Accelerator) -> Check:
+    capability, mode = DRIVER_ROW["metax"]
+    state = _read_mode(REGISTRY["metax"].modes[MODE_NAME["metax"]], env, group, acc)
+    if isinstance(state, str):
+        return _row(
+            acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, f"the registry could not be read: {state}"
+        )
+    exists = "a subdevice already exists" if state.enabled else "no subdevice exists yet"
+    return _row(acc, capability, mode, State.OK, Depth.DECLARED, f"{exists}: {state.detail}")
+
+
+def cumask_rows(env: Env, groups: list[DevicesGroup]) -> list[Check]:
+    from gpustack_operator.manufacturers.amd import cumask  # noqa: PLC0415 - AMD's code only where asked
+
+    capability, mode = DRIVER_ROW["amd"]
+    accs = [a for g in groups for a in g.accelerators]
+    if env.detect is None:
+        why = "HSA topology could not be read: this pass has no detection context for it"
+        return [_row(a, capability, mode, State.UNAVAILABLE, Depth.DECLARED, why) for a in accs]
+    try:
+        topologies = cumask.read_topologies(env.detect)
+    except Exception as exc:  # the HSA/KFD read failing is the row's unavailable answer
+        why = f"HSA topology could not be read: {type(exc).__name__}: {exc}"
+        return [_row(a, capability, mode, State.UNAVAILABLE, Depth.DECLARED, why) for a in accs]
+    rows = []
+    for acc in accs:
+        result = cumask.check(topologies, acc.id)
+        state = State.OK if result.ok else State.UNAVAILABLE
+        rows.append(_row(acc, capability, mode, state, Depth.DECLARED, result.detail))
+    return rows
+
+
+def driver_rows(manufacturer: str, env: Env, groups: list[DevicesGroup]) -> list[Check]:
+    if manufacturer not in DRIVER_ROW:
+        return []
+    if manufacturer == "amd":
+        return cumask_rows(env, groups)
+    rows = []
+    for group in groups:
+        for acc in group.accelerators:
+            if manufacturer in ("nvidia", "thead"):
+                rows.append(mig_row(manufacturer, env, group, acc))
+            elif manufacturer in ESTABLISHED:
+                rows.append(established_row(manufacturer, env, group, acc))
+            else:
+                rows.append(sgpu_row(env, group, acc))
+    return rows
+
+
+# -- question 3 and the sliced rows: the allocator's own responder, a synthetic Pod ----------------
+
+
+class SyntheticPods:
+    """The in-memory :class:`~gpustack_operator.allocator.pods.PodSource`: the synthetic Pods only;
+    the kubelet is never asked (the allocator then matches pending Pods itself)."""
+
+    def __init__(self) -> None:
+        self.pods: list[PodSpec] = []
+
+    def kubelet_pods(self) -> list[KubeletPod] | None:
+        return None
+
+    def node_pods(self) -> list[PodSpec]:
+        return list(self.pods)
+
+
+class _LibOverlay(HostRoot):
+    """A private scratch tree for the responder's writes that reads the staged library tree (only
+    that, and only to see it is there) through the host root -- ``--dry-run`` writes nothing there."""
+
+    def __init__(self, scratch: str, base: HostRoot | None, lib_dir: str) -> None:
+        super().__init__(scratch)
+        self._base = base
+        self._lib = lib_dir.rstrip("/") + "/"
+
+    def exists(self, host_path: str) -> bool:
+        if self._base is not None and host_path.startswith(self._lib):
+            return self._base.exists(host_path)
+        return super().exists(host_path)
+
+
+@dataclass
+class Render:
+    """Where one pass renders: the context and how to take it all away again."""
+
+    ctx: RespondContext
+    cleanup: Callable[[], None]
+
+
+@contextlib.contextmanager
+def render_context(env: Env) -> Iterator[RespondContext]:
+    """The responder context of the pass; everything it rendered is removed on exit."""
+    lib_dir = env.settings.lib_dir or LIB_DIR
+    view = env.detect.view if env.detect is not None else HostRoot("/")
+    name = f"render-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if env.host is not None and not env.dry_run:
+        created = _first_missing(env.host, PREFLIGHT_DIR)
+        pods_dir = f"{PREFLIGHT_DIR}/{name}"
+        ctx = RespondContext(view=view, host=env.host, settings=env.settings, lib_dir=lib_dir, pods_dir=pods_dir)
+        try:
+            yield ctx
+        finally:
+            try:
+                env.host.remove_tree(created or pods_dir)
+            except (HostPathError, OSError) as exc:
+                log.error("preflight: the rendered files under %s could not be removed: %s", pods_dir, exc)
+        return
+    scratch = tempfile.mkdtemp(prefix="gpustack-preflight-")
+    try:
+        host = _LibOverlay(scratch, env.host, lib_dir)
+        yield RespondContext(
+            view=view, host=host, settings=env.settings, lib_dir=lib_dir, pods_dir=f"{PREFLIGHT_DIR}/{name}"
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _first_missing(host: HostRoot, path: str) -> str | None:
+    """The outermost directory of ``path`` that does not exist yet (removed again at the end), or None."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        candidate = "/" + "/".join(parts[:i])
+        if not host.exists(candidate):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class Driven:
+    owner: Injection
+    sidecar: Injection | None = None
+
+
+class Simulation:
+    """One fresh Allocator per accelerator, over the pass's render context."""
+
+    def __init__(self, env: Env, responder: Responder, ctx: RespondContext) -> None:
+        self.env = env
+        self.responder = responder
+        self.ctx = ctx
+        self.names = ResourceNames(env.resolved.resource_name, env.resolved.name, env.resolved.partition_kind or "mig")
+
+    def allocator(self, group: DevicesGroup, acc: Accelerator, pods: SyntheticPods) -> Allocator:
+        return Allocator(
+            self.env.resolved,
+            [group.model_copy(update={"accelerators": [acc]})],
+            responder=self.responder,
+            ctx=self.ctx,
+            pods=pods,
+            lock=None,
+        )
+
+    def pod(self, acc: Accelerator, containers: tuple[ContainerSpec, ...]) -> PodSpec:
+        return PodSpec(
+            uid=f"preflight-{uuid.uuid4()}",
+            namespace="gpustack-preflight",
+            name=f"preflight-{acc.index}",
+            created=float(int(time.time())),
+            containers=containers,
+        )
+
+    def owner_request(self, acc: Accelerator, sliced: bool) -> tuple[str, dict[str, str]]:
+        if sliced:  # supplement §2.7: a probe slice requests half the accelerator
+            return self.names.sliced, {self.names.sliced: "1", self.names.sliced_memory_percentage: "50"}
+        return self.names.exclusive, {self.names.exclusive: "1"}
+
+    def owner_and_sidecar(self, group: DevicesGroup, acc: Accelerator, sliced: bool) -> Driven:
+        """Owner then ``sshd``, in the kubelet's order, through one Allocator."""
+        pods = SyntheticPods()
+        alloc = self.allocator(group, acc, pods)
+        resource, request = self.owner_request(acc, sliced)
+        family = Family.SLICED if sliced else Family.EXCLUSIVE
+        pods.pods.append(
+            self.pod(
+                acc,
+                (
+                    ContainerSpec(name="main", resources=request),
+                    ContainerSpec(name="sshd", resources={self.names.visibility: "1"}),
+                ),
+            )
+        )
+        (owner,) = alloc.allocate(resource, [[tokens(group.id, acc, family)[0]]])
+        (sidecar,) = alloc.allocate(self.names.visibility, [[tokens(group.id, acc, Family.VISIBILITY)[0]]])
+        return Driven(owner, sidecar)
+
+    def two_slices(self, group: DevicesGroup, acc: Accelerator) -> tuple[Injection, Injection]:
+        """Two Pods, one half-accelerator slice each, on the same accelerator through one Allocator."""
+        pods = SyntheticPods()
+        alloc = self.allocator(group, acc, pods)
+        resource, request = self.owner_request(acc, True)
+        ids = tokens(group.id, acc, Family.SLICED)
+        first, second = self.pod(acc, (ContainerSpec(name="main", resources=request),)), None
+        pods.pods.append(first)
+        (a,) = alloc.allocate(resource, [[ids[0]]])
+        second = self.pod(acc, (ContainerSpec(name="main", resources=request),))
+        pods.pods.append(second)
+        (b,) = alloc.allocate(resource, [[ids[1 % len(ids)]]])
+        return a, b
+
+
+def visibility_verdict(owner: Injection, sidecar: Injection) -> str | None:
+    """Why the sidecar names something the owner was not granted, or ``None`` when it does not."""
+    owner_devices = {d.host_path for d in owner.devices}
+    extra = [d.host_path for d in sidecar.devices if d.host_path not in owner_devices]
+    if extra:
+        return f"the sidecar is handed device nodes the owner was not: {', '.join(extra)}"
+    extra = [d for d in sidecar.cdi_devices if d not in owner.cdi_devices]
+    if extra:
+        return f"the sidecar is handed CDI devices the owner was not: {', '.join(extra)}"
+    for key, value in sidecar.envs.items():
+        if key in owner.envs and owner.envs[key] != value:
+            return f"the sidecar's {key}={value} names other accelerators than the owner's {key}={owner.envs[key]}"
+        if key not in owner.envs and ("VISIBLE" in key or key.endswith("DEVICES")):
+            return f"the sidecar's {key}={value} names accelerators the owner's injection does not"
+    if not (sidecar.envs or sidecar.devices or sidecar.cdi_devices or sidecar.annotations):
+        return "the sidecar's injection names no accelerator at all, so it would see nothing the owner holds"
+    return None
+
+
+def _names(injection: Injection) -> str:
+    parts = [f"{k}={v}" for k, v in sorted(injection.envs.items())]
+    parts += [d.host_path for d in injection.devices]
+    parts += list(injection.cdi_devices)
+    return ", ".join(parts) or "nothing"
+
+
+def _rendered(ctx: RespondContext, injection: Injection) -> str:
+    """The text of every file the injection mounts from this pass's render tree."""
+    texts = []
+    for mount in injection.mounts:
+        if mount.host_path.startswith(ctx.pods_dir):
+            with contextlib.suppress(HostPathError, OSError):
+                if not ctx.host.is_dir(mount.host_path):
+                    texts.append(ctx.host.read_text(mount.host_path))
+                else:
+                    for entry in ctx.host.listdir(mount.host_path):
+                        with contextlib.suppress(HostPathError, OSError):
+                            texts.append(ctx.host.read_text(f"{mount.host_path}/{entry}"))
+    return "\n".join(texts)
+
+
+def carries_quota(ctx: RespondContext, injection: Injection, mib: int) -> bool:
+    """Does the injection carry the slice's memory cap (an env value or a rendered file naming it)?"""
+    figure = str(mib)
+    haystack = [*injection.envs.values(), *injection.annotations.values(), _rendered(ctx, injection)]
+    return any(figure in text for text in haystack)
+
+
+def half_mib(group: DevicesGroup) -> int:
+    return group.memory // 2
+
+
+def management_rows(manufacturer: str, env: Env, sim: Simulation | None, groups: list[DevicesGroup]) -> list[Check]:
+    rows: list[Check] = []
+    for group in groups:
+        for acc in group.accelerators:
+            rows.extend(accelerator_rows(manufacturer, env, sim, group, acc))
+    return rows
+
+
+def _refused(exc: Exception) -> str:
+    return exc.message if isinstance(exc, RefusedError) else f"{type(exc).__name__}: {exc}"
+
+
+def accelerator_rows(
+    manufacturer: str, env: Env, sim: Simulation | None, group: DevicesGroup, acc: Accelerator
+) -> list[Check]:
+    rows: list[Check] = []
+    if partitioning(acc):
+        named = profile_names(acc) or "its partition profiles"
+        for capability in ("sidecar-visibility", "co-tenancy"):
+            what = "visibility response" if capability == "sidecar-visibility" else "second partition"
+            rows.append(
+                _row(acc, capability, PARTITIONED, State.OK, Depth.DECLARED, None).model_copy(
+                    update={"reason": PARTITION_DECLARED.format(what=what, profiles=named)}
+                )
+            )
+        return rows
+    sliced = declares_slicing(acc)
+    deeper = PROBE_NOT_BUILT if manufacturer in CONTAINER_TIER else INJECTION_ONLY
+    # sidecar-visibility, on every accelerator (visibility is offered by every one)
+    owner_family = Family.SLICED if sliced and (manufacturer, Family.SLICED) not in NO_SEAM else Family.EXCLUSIVE
+    seam = NO_SEAM.get((manufacturer, Family.VISIBILITY)) or NO_SEAM.get((manufacturer, owner_family))
+    owner_mode = "sliced" if owner_family is Family.SLICED else "exclusive"
+    if sim is None:
+        rows.append(_row(acc, "sidecar-visibility", "visibility", State.UNAVAILABLE, Depth.SIMULATED, "no responder"))
+    elif seam is not None:
+        rows.append(
+            _row(
+                acc,
+                "sidecar-visibility",
+                "visibility",
+                State.UNAVAILABLE,
+                Depth.DECLARED,
+                NO_SEAM_WHY.format(what=seam),
+            )
+        )
+    else:
+        try:
+            driven = sim.owner_and_sidecar(group, acc, owner_family is Family.SLICED)
+        except Exception as exc:  # a refusal (or a responder bug) is this row's answer
+            rows.append(
+                _row(
+                    acc,
+                    "sidecar-visibility",
+                    "visibility",
+                    State.UNAVAILABLE,
+                    Depth.SIMULATED,
+                    f"the allocator refused the synthetic {owner_mode} owner and sshd sidecar: {_refused(exc)}",
+                )
+            )
+        else:
+            assert driven.sidecar is not None
+            problem = visibility_verdict(driven.owner, driven.sidecar)
+            if problem is None:
+                rows.append(
+                    _row(
+                        acc,
+                        "sidecar-visibility",
+                        "visibility",
+                        State.OK,
+                        Depth.SIMULATED,
+                        f"owner ({owner_mode}) then sshd driven through the allocator in the kubelet's order; the "
+                        f"sidecar names {_names(driven.sidecar)}, nothing the owner was not granted",
+                    )
+                )
+            else:
+                rows.append(_row(acc, "sidecar-visibility", "visibility", State.UNAVAILABLE, Depth.SIMULATED, problem))
+    if not sliced:
+        return rows
+    rows.extend(sliced_rows(manufacturer, sim, group, acc, deeper))
+    return rows
+
+
+def sliced_rows(
+    manufacturer: str, sim: Simulation | None, group: DevicesGroup, acc: Accelerator, deeper: str
+) -> list[Check]:
+    seam = NO_SEAM.get((manufacturer, Family.SLICED))
+    capabilities: tuple[str, ...] = ("sliced-runtime-loaded", "sliced-quota-in-force", "co-tenancy")
+    if manufacturer not in CONTAINER_TIER:
+        capabilities = ("co-tenancy",)  # §2.7: the sliced rows are the container probe's
+    if sim is None or seam is not None:
+        why = NO_SEAM_WHY.format(what=seam) if seam else "no responder"
+        return [_row(acc, c, SLICED, State.UNAVAILABLE, Depth.DECLARED, why) for c in capabilities]
+    try:
+        first, second = sim.two_slices(group, acc)
+    except Exception as exc:
+        why = f"the allocator refused a synthetic half-accelerator slice: {_refused(exc)}"
+        return [_row(acc, c, SLICED, State.UNAVAILABLE, Depth.SIMULATED, why) for c in capabilities]
+    mib = half_mib(group)
+    rows: list[Check] = []
+    if "sliced-runtime-loaded" in capabilities:
+        preload = [m for m in first.mounts if m.container_path == "/etc/ld.so.preload"]
+        if preload or manufacturer == "hygon":
+            said = "mounts the preload file /etc/ld.so.preload" if preload else "renders its vdev record"
+            rows.append(_ok(acc, "sliced-runtime-loaded", f"the slice's injection {said}; {deeper}"))
+        else:
+            rows.append(
+                _row(
+                    acc,
+                    "sliced-runtime-loaded",
+                    SLICED,
+                    State.UNAVAILABLE,
+                    Depth.SIMULATED,
+                    "the slice's injection mounts no slicing runtime",
+                )
+            )
+    quota = carries_quota(sim.ctx, first, mib)
+    if "sliced-quota-in-force" in capabilities:
+        if quota:
+            rows.append(_ok(acc, "sliced-quota-in-force", f"the slice's injection carries its {mib} MiB cap; {deeper}"))
+        else:
+            rows.append(
+                _row(
+                    acc,
+                    "sliced-quota-in-force",
+                    SLICED,
+                    State.UNAVAILABLE,
+                    Depth.SIMULATED,
+                    f"the slice's injection names no {mib} MiB cap (half of {group.memory} MiB)",
+                )
+            )
+    both = carries_quota(sim.ctx, first, mib) and carries_quota(sim.ctx, second, mib)
+    distinct = first.model_dump(exclude={"log"}) != second.model_dump(exclude={"log"})
+    if both and distinct:
+        rows.append(
+            _ok(
+                acc,
+                "co-tenancy",
+                f"two half-accelerator slices placed on {acc.id}, each injection carrying its "
+                f"own {mib} MiB geometry; {deeper}",
+            )
+        )
+    else:
+        why = (
+            "the two slices' injections are identical"
+            if not distinct
+            else f"a slice's injection names no {mib} MiB cap"
+        )
+        rows.append(_row(acc, "co-tenancy", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why))
+    return rows
+
+
+def _ok(acc: Accelerator, capability: str, words: str) -> Check:
+    return _row(acc, capability, SLICED, State.OK, Depth.SIMULATED, words)
+
+
+# -- Ascend A5 ---------------------------------------------------------------------------------------
+
+
+def a5_rows(env: Env, groups: list[DevicesGroup]) -> list[Check]:
+    rows: list[Check] = []
+    if not any(g.family == a5.A5_FAMILY for g in groups):
+        return rows
+    runtime = a5.runtime_version(env.host, env.host_problem)
+    table = a5.ranktable(env.host, env.host_problem)
+    for group in groups:
+        if group.family != a5.A5_FAMILY:
+            continue
+        for acc in group.accelerators:
+            for mode in served_modes(acc):
+                for capability, fact in (("ascend-docker-runtime", runtime), ("hccl-ranktable", table)):
+                    state = State.OK if fact.ok else State.UNAVAILABLE
+                    rows.append(_row(acc, capability, mode, state, Depth.DECLARED, fact.words))
+    return rows
+
+
+# -- the pass ----------------------------------------------------------------------------------------
+
+
+def capability_rows(manufacturer: str, env: Env, groups: list[DevicesGroup]) -> tuple[list[Check], str]:
+    """Every row this version answers for one manufacturer, and the note saying what it does not."""
+    rows = driver_rows(manufacturer, env, groups)
+    responder = REGISTRY[manufacturer].responder
+    with render_context(env) as ctx:
+        sim = Simulation(env, responder, ctx) if responder is not None else None
+        rows.extend(management_rows(manufacturer, env, sim, groups))
+    if manufacturer == "ascend":
+        rows.extend(a5_rows(env, groups))
+    return rows, note_for(manufacturer)
+
+
+def note_for(manufacturer: str) -> str:
+    parts = []
+    if manufacturer in NO_DRIVER_READ_NOTE:
+        parts.append(NO_DRIVER_READ_NOTE[manufacturer])
+    if manufacturer in CONTAINER_TIER:
+        parts.append(
+            "questions 2 and 3 are answered up to the injection (simulated): the container probes that would "
+            "measure the sliced rows and co-tenancy from inside a container are not built yet"
+        )
+    else:
+        parts.append(
+            "questions 2 and 3 are answered up to the injection (simulated), the deepest this manufacturer's "
+            "tier reaches: no container is started for it"
+        )
+    return "; ".join(parts)
+
+
+__all__ = ["Env", "capability_rows", "visibility_verdict"]
