@@ -8,7 +8,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup
 from gpustack_operator.manufacturers.ascend import a5
