@@ -97,7 +97,7 @@ def test_directory_in_the_way_is_the_distinct_error_naming_path_and_errno(tmp_pa
     with pytest.raises(LockUnusableError) as info:
         acquire(root(tmp_path))
     text = str(info.value)
-    assert f"the preflight lock {LOCK_PATH} (at {tmp_path}{LOCK_PATH}) could not be created: EISDIR" in text
+    assert f"the preflight lock {LOCK_PATH} under the host root {tmp_path} could not be created: EISDIR" in text
     assert info.value.errno == errno.EISDIR
     assert "pass --dry-run, which starts nothing and takes no lock" in text
     assert not isinstance(info.value, LockHeldError)
@@ -109,7 +109,8 @@ def test_file_where_a_parent_directory_belongs_is_the_distinct_error(tmp_path: P
     with pytest.raises(LockUnusableError) as info:
         acquire(root(tmp_path))
     assert info.value.errno in (errno.ENOTDIR, errno.EEXIST)
-    assert f"the preflight lock {LOCK_PATH} could not be created: {errno.errorcode[info.value.errno]}" in str(
+    code = errno.errorcode[info.value.errno]
+    assert f"the preflight lock {LOCK_PATH} under the host root {tmp_path} could not be created: {code}" in str(
         info.value
     )
 

@@ -128,9 +128,9 @@ class LockHeldError(LockError):
 class LockUnusableError(LockError):
     """The lock file could not be created, opened or locked under this host root."""
 
-    def __init__(self, path: str, disk: str | None, err: int, doing: str) -> None:
+    def __init__(self, path: str, root: str, err: int, doing: str) -> None:
         name = errno.errorcode.get(err, f"errno {err}")
-        where = f" (at {disk})" if disk and disk != path else ""
+        where = f" under the host root {root}" if root != "/" else ""
         super().__init__(
             f"the preflight lock {path}{where} could not be {doing}: {name} ({os.strerror(err)}); {WHY}, so "
             "a run that cannot take the lock starts nothing -- mount the node's / writable at the host root "
@@ -182,26 +182,26 @@ def now() -> str:
 def acquire(host: HostRoot) -> HeldLock:
     """Take this node's preflight lock (see the module docstring), or raise :class:`LockHeldError` /
     :class:`LockUnusableError`."""
-    disk: str | None = None
+    root = str(host.root)
     try:
         host.makedirs(LOCK_DIR)
         disk = str(host.path(LOCK_PATH))
     except HostPathError as exc:
-        raise LockUnusableError(LOCK_PATH, disk, exc.errno or errno.EIO, "created") from None
+        raise LockUnusableError(LOCK_PATH, root, exc.errno or errno.EIO, "created") from None
     try:
         # O_NONBLOCK: a FIFO planted at the path must not hang the run (it is refused below).
         fd = os.open(disk, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK, 0o644)
     except OSError as exc:
-        raise LockUnusableError(LOCK_PATH, disk, exc.errno or errno.EIO, "created") from None
+        raise LockUnusableError(LOCK_PATH, root, exc.errno or errno.EIO, "created") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise LockUnusableError(LOCK_PATH, disk, errno.EINVAL, "used, as it is not a regular file")
+            raise LockUnusableError(LOCK_PATH, root, errno.EINVAL, "used, as it is not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise LockHeldError(LOCK_PATH, read_holder(fd)) from None
-            raise LockUnusableError(LOCK_PATH, disk, exc.errno or errno.EIO, "locked") from None
+            raise LockUnusableError(LOCK_PATH, root, exc.errno or errno.EIO, "locked") from None
     except BaseException:
         os.close(fd)
         raise
