@@ -177,3 +177,40 @@ def test_partition_ties_by_position_and_skips_ineligible() -> None:
     assert chosen is not None and chosen[0] == "A" and chosen[1].start == 0
     assert choose_partition([pcard("A", 0, (), None)]) is None
     assert choose_partition([pcard("A", 0, ((0, 8),), SEVEN_G)]) is None
+
+
+@given(
+    rooms=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 1_600_000), st.integers(0, 4)),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda r: (r[0], r[1]),
+    ),
+    picks=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 40)), max_size=60),
+    size=st.integers(1, 4),
+    units=st.one_of(st.none(), st.integers(0, 1_600_000)),
+)
+def test_the_fast_slice_hint_is_the_bucketed_one(
+    rooms: list[tuple[int, int, int, int]], picks: list[tuple[int, int]], size: int, units: int | None
+) -> None:
+    """With nothing to include the hint skips bucketing every offered token; it must answer exactly
+    what the bucketed path (_by_card + _fill) answers, for any offered order, duplicates, unknown ids
+    and ties of position across groups."""
+    from gpustack_operator.allocator import placement
+
+    cards = {f"c{g}-{p}": CardRoom(f"c{g}-{p}", (g, p), remaining=r, slices=s, slot_limit=4) for g, p, r, s in rooms}
+    names = [*cards, "unknown"]
+    available = [f"grp:{names[i % len(names)]}:{t:04d}" for i, t in picks]
+
+    def card_of(token: str) -> str | None:
+        parsed = parse_token(token)
+        return parsed[1] if parsed is not None else None
+
+    def fits(room: CardRoom) -> bool:
+        return room.fits(units)
+
+    fast = placement._sliced_fast(available, size, rooms=cards, card_of=card_of, fits=fits)
+    _known, per_card = placement._by_card(available, cards, card_of)
+    order = placement._slice_order([cards[c] for c in per_card], fits)
+    slow = placement._fill([], order, per_card=per_card, card_of=card_of, size=size, one_per_card=True)
+    assert fast == slow

@@ -103,20 +103,42 @@ def preferred_sliced(
     units: int | Mapping[str, int | None] | None,
 ) -> list[str]:
     """``units``: what the container needs (per accelerator when their VRAM differs; ``None``: unknown)."""
-    known, per_card = _by_card(available, rooms, card_of)
-    must = _must(must_include, known)
-    must_cards = [c for c in dict.fromkeys(card_of(t) for t in must) if c is not None]
-    rest = [rooms[c] for c in per_card if c not in must_cards]
 
     def fits(room: CardRoom) -> bool:
         return room.fits(units.get(room.accelerator) if isinstance(units, Mapping) else units)
 
+    if not must_include:
+        return _sliced_fast(available, size, rooms=rooms, card_of=card_of, fits=fits)
+    known, per_card = _by_card(available, rooms, card_of)
+    must = _must(must_include, known)
+    must_cards = [c for c in dict.fromkeys(card_of(t) for t in must) if c is not None]
+    rest = [rooms[c] for c in per_card if c not in must_cards]
+    order = must_cards + _slice_order(rest, fits)
+    return _fill(must, order, per_card=per_card, card_of=card_of, size=size, one_per_card=True)
+
+
+def _slice_order(rooms: list[CardRoom], fits: Callable[[CardRoom], bool]) -> list[str]:
     # reference rules §6: fullest (least Remaining) first, then emptiest first; a tie goes to the
     # lower position -- Remaining alone measures fullness (not the slice count)
-    fit = sorted((r for r in rest if fits(r)), key=lambda r: (r.remaining, r.position))
-    unfit = sorted((r for r in rest if not fits(r)), key=lambda r: (-r.remaining, r.position))
-    order = must_cards + [r.accelerator for r in fit + unfit]
-    return _fill(must, order, per_card=per_card, card_of=card_of, size=size, one_per_card=True)
+    fit = sorted((r for r in rooms if fits(r)), key=lambda r: (r.remaining, r.position))
+    unfit = sorted((r for r in rooms if not fits(r)), key=lambda r: (-r.remaining, r.position))
+    return [r.accelerator for r in fit + unfit]
+
+
+def _sliced_fast(
+    available: list[str],
+    size: int,
+    *,
+    rooms: Mapping[str, CardRoom],
+    card_of: Callable[[str], str | None],
+    fits: Callable[[CardRoom], bool],
+) -> list[str]:
+    """:func:`preferred_sliced` with nothing to include: the same answer -- one token per card, the
+    card's lowest, cards in slice order -- without bucketing every token. A kubelet offers every free
+    token (1,024 for the slices of eight cards) and takes one."""
+    offered = [c for c in dict.fromkeys(map(card_of, available)) if c is not None and c in rooms]
+    chosen = _slice_order([rooms[c] for c in offered], fits)[: max(size, 0)]
+    return [min(t for t in available if card_of(t) == card) for card in chosen]
 
 
 def preferred_shared(
