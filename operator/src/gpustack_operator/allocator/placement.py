@@ -136,9 +136,10 @@ def _sliced_fast(
     """:func:`preferred_sliced` with nothing to include: the same answer -- one token per card, the
     card's lowest, cards in slice order -- without bucketing every token. A kubelet offers every free
     token (1,024 for the slices of eight cards) and takes one."""
-    offered = [c for c in dict.fromkeys(map(card_of, available)) if c is not None and c in rooms]
+    cards = list(map(card_of, available))
+    offered = [c for c in dict.fromkeys(cards) if c is not None and c in rooms]
     chosen = _slice_order([rooms[c] for c in offered], fits)[: max(size, 0)]
-    return [min(t for t in available if card_of(t) == card) for card in chosen]
+    return [min(itertools.compress(available, map(card.__eq__, cards))) for card in chosen]
 
 
 def preferred_shared(
