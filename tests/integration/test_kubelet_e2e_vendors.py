@@ -166,7 +166,8 @@ def test_thead_partition_is_exactly_the_instance_and_is_destroyed_with_its_pod(
     node.kubelet.wait_capacity(PPU_PART, tokens)
     assert all(not d.topology.nodes for d in node.kubelet.devices(PPU_PART).values())  # no NUMA hint
     assert not node.kubelet.options(PPU_PART).get_preferred_allocation_available  # type: ignore[union-attr]
-    # a partitioning card serves no whole-card family
+    # a partitioning card serves no whole-card family (the whole-card pool's first list has arrived)
+    node.kubelet.wait_for(PPU, lambda d: len(d) > 0)
     assert set(accelerators(node.kubelet.healthy(PPU))).isdisjoint(a["id"] for a in parts)
 
     profile = {PPU_PART: "1", f"{PPU_PART}.mig-2g.24gb": "1"}
@@ -512,6 +513,8 @@ def test_an_unreachable_api_server_refuses_unavailable_and_charges_nothing(
     node = served(host("h100-sxm-8x"), "nvidia")
     node.wait_registered(NVIDIA_RESOURCES)
     node.kubelet.wait_capacity(SHARED, 80)
+    for resource in NVIDIA_RESOURCES:  # every pool's first list (each its own stream) has arrived
+        node.kubelet.wait_for(resource, lambda d: len(d) > 0)
     before = {r: sorted(node.kubelet.healthy(r)) for r in NVIDIA_RESOURCES}
     node.api.fail(503, count=-1)  # every request, until healed
     with pytest.raises(AdmissionError) as err:
