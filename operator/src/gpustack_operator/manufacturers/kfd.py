@@ -351,6 +351,24 @@ def read_nodes(host: HostRoot) -> list[KfdNode]:
     return nodes
 
 
+def gpus_by_id(host: HostRoot) -> dict[str, KfdGpu]:
+    """Every GPU node of the KFD topology by accelerator id (the ``GPU-<hex>`` of its unique id) --
+    what an allocation looks its accelerator up by. A node that cannot be read as a GPU is skipped
+    (the accelerator it would have named is then not found); :class:`KfdError` when the topology
+    itself cannot be read."""
+    gpus: dict[str, KfdGpu] = {}
+    for node in read_nodes(host):
+        if not node.is_gpu:
+            continue
+        try:
+            gpu = gpu_of(node)
+        except KfdError:
+            continue
+        if gpu.unique_id:
+            gpus[gpu.uuid] = gpu
+    return gpus
+
+
 def read_mem_banks(host: HostRoot, node_path: str) -> int | None:
     total = None
     for bank in listdir_optional(host, f"{node_path}/mem_banks"):

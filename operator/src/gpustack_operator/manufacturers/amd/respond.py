@@ -100,23 +100,11 @@ class CuMaskRecord(BaseModel):
 
 
 def kfd_gpus(view: HostRoot) -> dict[str, kfd.KfdGpu]:
-    """Every GPU node of the KFD topology by accelerator id. A node that cannot be read as a GPU is
-    skipped here; the accelerator it would have named is then refused as not found."""
+    """Every GPU node of the KFD topology by accelerator id (:func:`..kfd.gpus_by_id`)."""
     try:
-        nodes = kfd.read_nodes(view)
+        return kfd.gpus_by_id(view)
     except kfd.KfdError as exc:
         raise RefusedError(f"the KFD topology cannot be read ({exc}); is the amdgpu driver loaded?") from None
-    gpus: dict[str, kfd.KfdGpu] = {}
-    for node in nodes:
-        if not node.is_gpu:
-            continue
-        try:
-            gpu = kfd.gpu_of(node)
-        except kfd.KfdError:
-            continue
-        if gpu.unique_id:
-            gpus[gpu.uuid] = gpu
-    return gpus
 
 
 def gpu_for(gpus: dict[str, kfd.KfdGpu], granted: Granted) -> kfd.KfdGpu:
