@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import CamelModel, DevicesGroup
-from gpustack_operator.manufacturers.respond import Partitioner, Responder
+from gpustack_operator.manufacturers.respond import Family, Partitioner, Responder
 from gpustack_operator.node.pci import PciDevice, PciScan
 from gpustack_operator.settings import (
     PciVendorMatch,
@@ -49,6 +49,27 @@ class PreloadLibrary:
 
 
 @dataclass(frozen=True)
+class PreflightTraits:
+    """How preflight's questions 2 and 3 read this manufacturer (supplement §2.7: the tier table and
+    "The full table"); vendor knowledge, so it lives with the vendor's identity.
+
+    ``driver_row`` is the capability of its driver-read row and ``driver_row_mode`` the mode it answers
+    for; ``mode_driver`` the :attr:`Backend.modes` key that row reads, when it reads one;
+    ``established`` -- the row asks the mode on where off and puts it straight back;
+    ``container_probe`` -- its tier reaches a real container; ``no_driver_read_note`` why it has no
+    driver-read row; ``no_seam`` the families whose responder calls the driver directly, with no seam a
+    synthetic grant could substitute (reported, never driven)."""
+
+    driver_row: str | None = None
+    driver_row_mode: str | None = None
+    mode_driver: str | None = None
+    established: bool = False
+    container_probe: bool = False
+    no_driver_read_note: str | None = None
+    no_seam: Mapping[Family, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Identity:
     """What a manufacturer is, as defaults (each overridable, supplement §4.4)."""
 
@@ -70,6 +91,7 @@ class Identity:
     # PCI device id -> product name as the vendor's own library names it. A device missing here is
     # one the PCI pass cannot name (the vendor backend names it).
     products: Mapping[str, str] = field(default_factory=dict)
+    preflight: PreflightTraits = field(default_factory=PreflightTraits)
 
 
 @dataclass(frozen=True)
@@ -419,6 +441,7 @@ __all__ = [
     "ModeState",
     "Monitor",
     "MonitorOutcome",
+    "PreflightTraits",
     "PreloadLibrary",
     "Resolved",
     "SettingsError",

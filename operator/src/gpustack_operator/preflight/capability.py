@@ -70,37 +70,21 @@ PREFLIGHT_DIR = "/var/lib/gpustack/operator/preflight"
 SLICED = "sliced"
 PARTITIONED = "partitioned"
 
-# §2.7 "The full table": the driver-read row per manufacturer and the mode it answers for.
+# §2.7 "The full table" and the tier table, as each manufacturer's identity declares them
+# (``Identity.preflight``, manufacturers/<vendor>/identity.py): the driver-read row and its mode, the
+# mode driver it reads, which rows establish a mode, who starts a container (its probe is not built
+# yet) and who stops at the injection, why a manufacturer has no driver-read row, and the responder
+# paths with no seam a synthetic grant could substitute.
+_TRAITS = {name: m.identity.preflight for name, m in REGISTRY.items()}
 DRIVER_ROW: dict[str, tuple[str, str]] = {
-    "nvidia": ("mig-partitioning", PARTITIONED),
-    "thead": ("mig-partitioning", PARTITIONED),
-    "ascend": ("container-share", SLICED),
-    "amd": ("cu-mask-topology", SLICED),
-    "cambricon": ("smlu-mode", SLICED),
-    "metax": ("sgpu-mode", SLICED),
+    name: (t.driver_row, t.driver_row_mode or SLICED) for name, t in _TRAITS.items() if t.driver_row
 }
-MODE_NAME = {"ascend": "container-share", "cambricon": "smlu", "metax": "sgpu", "nvidia": "mig"}
-ESTABLISHED = frozenset({"ascend", "cambricon"})
-# §2.7 tier table: who starts a container (its probe is not built yet), who stops at the injection.
-CONTAINER_TIER = frozenset({"nvidia", "ascend", "amd", "thead", "hygon"})
-NO_DRIVER_READ_NOTE = {
-    "hygon": "Hygon's allocator reads no driver before it hands a slice out, so there is no driver-read row: "
-    "its slicing runtime is the vendor's own DTK/hyhal user space, answered by the container probe",
-    "iluvatar": "Iluvatar's allocator reads no driver before it hands a slice out, so there is no driver-read "
-    "row: the slice is the injection (IX_VISIBLE_DEVICES and the quota it carries), enforced by "
-    "ix-container-runtime -- if a slice does not work, look there and at the resource request",
-    "mthreads": "Moore Threads' allocator reads no driver before it hands a slice out, so there is no "
-    "driver-read row: the slice is the injection, enforced by the MT container runtime -- if a slice does "
-    "not work, look there and at the resource request",
-}
-# Responder paths that call the driver directly, with no seam a synthetic grant could substitute
-# (reported, never driven: simulating them would change the hardware).
+MODE_NAME = {name: t.mode_driver for name, t in _TRAITS.items() if t.mode_driver}
+ESTABLISHED = frozenset(name for name, t in _TRAITS.items() if t.established)
+CONTAINER_TIER = frozenset(name for name, t in _TRAITS.items() if t.container_probe)
+NO_DRIVER_READ_NOTE = {name: t.no_driver_read_note for name, t in _TRAITS.items() if t.no_driver_read_note}
 NO_SEAM: dict[tuple[str, Family], str] = {
-    ("ascend", Family.SLICED): "the Ascend responder reads and sets container-share through the real DCMI",
-    ("ascend", Family.SHARED): "the Ascend responder reads and sets container-share through the real DCMI",
-    ("ascend", Family.VISIBILITY): "the Ascend responder reads and sets container-share through the real DCMI",
-    ("cambricon", Family.SLICED): "the Cambricon responder creates an sMLU instance through the real CNDev",
-    ("metax", Family.SLICED): "the MetaX responder creates an sGPU subdevice in the real sysfs registry",
+    (name, family): why for name, t in _TRAITS.items() for family, why in t.no_seam.items()
 }
 NO_SEAM_WHY = (
     "{what}, and that responder offers no driver seam a synthetic allocation could substitute, so "

@@ -1,6 +1,6 @@
 """AMD: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
 
 IDENTITY = Identity(
     name="amd",
@@ -25,4 +25,5 @@ IDENTITY = Identity(
         "740c": "AMD Instinct MI250X / MI250",
         "738c": "AMD Instinct MI100",
     },
+    preflight=PreflightTraits(driver_row="cu-mask-topology", driver_row_mode="sliced", container_probe=True),
 )

@@ -1,6 +1,9 @@
 """Ascend: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
+from gpustack_operator.manufacturers.respond import Family
+
+SHARE_NO_SEAM = "the Ascend responder reads and sets container-share through the real DCMI"
 
 IDENTITY = Identity(
     name="ascend",
@@ -19,4 +22,16 @@ IDENTITY = Identity(
         "d801": "Ascend910",
         "d802": "Ascend910B",
     },
+    preflight=PreflightTraits(
+        driver_row="container-share",
+        driver_row_mode="sliced",
+        mode_driver="container-share",
+        established=True,
+        container_probe=True,
+        no_seam={
+            Family.SLICED: SHARE_NO_SEAM,
+            Family.SHARED: SHARE_NO_SEAM,
+            Family.VISIBILITY: SHARE_NO_SEAM,
+        },
+    ),
 )

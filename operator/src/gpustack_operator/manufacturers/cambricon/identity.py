@@ -1,6 +1,7 @@
 """Cambricon: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits
+from gpustack_operator.manufacturers.respond import Family
 
 IDENTITY = Identity(
     name="cambricon",
@@ -15,4 +16,11 @@ IDENTITY = Identity(
     products={
         "0370": "MLU370",
     },
+    preflight=PreflightTraits(
+        driver_row="smlu-mode",
+        driver_row_mode="sliced",
+        mode_driver="smlu",
+        established=True,
+        no_seam={Family.SLICED: "the Cambricon responder creates an sMLU instance through the real CNDev"},
+    ),
 )

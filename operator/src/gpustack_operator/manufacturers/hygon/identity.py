@@ -1,6 +1,6 @@
 """Hygon: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits
 
 IDENTITY = Identity(
     name="hygon",
@@ -19,4 +19,11 @@ IDENTITY = Identity(
         "62b7": "K100",
         "6210": "K100_AI",
     },
+    preflight=PreflightTraits(
+        container_probe=True,
+        no_driver_read_note=(
+            "Hygon's allocator reads no driver before it hands a slice out, so there is no driver-read row: "
+            "its slicing runtime is the vendor's own DTK/hyhal user space, answered by the container probe"
+        ),
+    ),
 )

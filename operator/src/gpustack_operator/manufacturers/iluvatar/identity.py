@@ -1,6 +1,6 @@
 """Iluvatar: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
 
 IDENTITY = Identity(
     name="iluvatar",
@@ -14,4 +14,11 @@ IDENTITY = Identity(
     # the CUDA 12 HAMi-core build, one flat directory (no runtime-version subdivision)
     preload=PreloadLibrary(directory="iluvatar"),
     products={},
+    preflight=PreflightTraits(
+        no_driver_read_note=(
+            "Iluvatar's allocator reads no driver before it hands a slice out, so there is no driver-read "
+            "row: the slice is the injection (IX_VISIBLE_DEVICES and the quota it carries), enforced by "
+            "ix-container-runtime -- if a slice does not work, look there and at the resource request"
+        ),
+    ),
 )

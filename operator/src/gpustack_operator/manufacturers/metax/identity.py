@@ -1,6 +1,7 @@
 """MetaX: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits
+from gpustack_operator.manufacturers.respond import Family
 
 IDENTITY = Identity(
     name="metax",
@@ -13,4 +14,10 @@ IDENTITY = Identity(
     partition_kind=None,
     preload="MetaX slices with sysfs sgpu subdevices; it takes no preload library",
     products={},
+    preflight=PreflightTraits(
+        driver_row="sgpu-mode",
+        driver_row_mode="sliced",
+        mode_driver="sgpu",
+        no_seam={Family.SLICED: "the MetaX responder creates an sGPU subdevice in the real sysfs registry"},
+    ),
 )

@@ -1,6 +1,6 @@
 """MThreads: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits
 
 IDENTITY = Identity(
     name="mthreads",
@@ -13,4 +13,11 @@ IDENTITY = Identity(
     partition_kind=None,
     preload="MThreads slices with the host sGPU kernel module; it takes no preload library",
     products={},
+    preflight=PreflightTraits(
+        no_driver_read_note=(
+            "Moore Threads' allocator reads no driver before it hands a slice out, so there is no "
+            "driver-read row: the slice is the injection, enforced by the MT container runtime -- if a slice "
+            "does not work, look there and at the resource request"
+        ),
+    ),
 )

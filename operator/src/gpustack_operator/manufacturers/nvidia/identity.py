@@ -1,6 +1,6 @@
 """NVIDIA: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
 
 IDENTITY = Identity(
     name="nvidia",
@@ -33,4 +33,7 @@ IDENTITY = Identity(
         "2204": "NVIDIA GeForce RTX 3090",
         "2684": "NVIDIA GeForce RTX 4090",
     },
+    preflight=PreflightTraits(
+        driver_row="mig-partitioning", driver_row_mode="partitioned", mode_driver="mig", container_probe=True
+    ),
 )

@@ -1,6 +1,6 @@
 """T-Head: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
 
 IDENTITY = Identity(
     name="thead",
@@ -16,4 +16,5 @@ IDENTITY = Identity(
         directory="thead", no_arm64="the PPU SDK is x86_64-only: the arm64 image carries no T-Head shim"
     ),
     products={},
+    preflight=PreflightTraits(driver_row="mig-partitioning", driver_row_mode="partitioned", container_probe=True),
 )
