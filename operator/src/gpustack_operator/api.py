@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -129,9 +130,15 @@ def run_preflight(
     *,
     host_root: str | None = CONTAINER_HOST_ROOT,
     capabilities: bool = False,
+    preload_source: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """The preflight report (``capabilities``: also questions 2 and 3, preflight/capability.py --
-    not yet the CLI's default, see docs/preflight.md). Never raises for what the node holds: an
+    """The preflight report: question 1, and (``capabilities``: ``--capabilities``; opt-in until the fixture
+    fleet carries what a real node does, docs/preflight.md) questions 2 and 3
+    (preflight/capability.py: driver-read rows, the synthetic allocation through the allocator's own
+    responder, the probes; the lock, the stale sweep and the library staging around them).
+    ``preload_source`` is the preload-library tree staging copies from (``--preload-source``; default the
+    image's /opt/gpustack/lib); ``progress`` receives one line per long step. Never raises for what the node holds: an
     unusable node view is every manufacturer ``unavailable`` with the reason, and the document is still produced.
 
     Two contexts, as in production: the detect pass reads ``req.root`` (the node as this container
@@ -153,6 +160,7 @@ def run_preflight(
     from gpustack_operator.preflight.isolate import isolated_detect  # noqa: PLC0415
     from gpustack_operator.preflight.run import HostContext, preflight, unusable_root_report  # noqa: PLC0415
     from gpustack_operator.preflight.runtime import parse_runtime_name  # noqa: PLC0415
+    from gpustack_operator.preflight.staging import DEFAULT_SOURCE  # noqa: PLC0415
 
     wanted = parse_runtime_name(runtime)
     image = parse_image_ref(probe_image) if probe_image is not None else None
@@ -171,6 +179,8 @@ def run_preflight(
         view=view,
         settings=req.settings if capabilities else None,
         dry_run=dry_run,
+        preload_source=preload_source or DEFAULT_SOURCE,
+        progress=progress,
     )
 
 

@@ -8,7 +8,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from gpustack_operator import __version__, api
@@ -271,8 +272,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--probe-image",
         type=_probe_image_arg,
         metavar="IMAGE",
-        help="image for probe containers, [registry[:port]/]path[:tag][@sha256:<hex>] (recorded and "
-        "validated; this version starts no probe container)",
+        help="image for the probe containers, [registry[:port]/]path[:tag][@sha256:<hex>] (default: the "
+        "family's own, nvidia/cuda:<CUDA major>, quay.io/ascend/cann:<CANN major>-<family>, ubuntu:24.04 for "
+        "AMD; required for Hygon and T-Head, whose slice rows otherwise stop at simulated; for air-gapped use)",
+    )
+    pre.add_argument(
+        "--capabilities",
+        action="store_true",
+        help="also answer questions 2 and 3 (can they be sliced, can they be managed while sliced): the "
+        "driver-read rows, the allocator's own injection, and the probe containers -- with the lock, the "
+        "stale-container sweep and the library staging they need (see --dry-run)",
+    )
+    pre.add_argument(
+        "--preload-source",
+        metavar="PATH",
+        default=None,
+        help="the preload-library tree staged onto the host's /var/lib/gpustack/operator/lib (a directory or "
+        "a .tar[.gz|.xz], read in this container; default /opt/gpustack/lib, where the operator image carries it)",
     )
     _add_serve(sub)
     return parser
@@ -577,7 +593,14 @@ def _run(args: argparse.Namespace, req: api.Request) -> int:
     # raised from here on is a usage error: a crash is contained and the document still written
     try:
         report = api.run_preflight(
-            req, dry_run=args.dry_run, runtime=args.runtime, probe_image=args.probe_image, host_root=args.host_root
+            req,
+            dry_run=args.dry_run,
+            runtime=args.runtime,
+            probe_image=args.probe_image,
+            host_root=args.host_root,
+            capabilities=args.capabilities,
+            preload_source=args.preload_source,
+            progress=_progress(),
         )
     except Exception as exc:
         from gpustack_operator.preflight.run import unusable_root_report  # noqa: PLC0415
@@ -592,6 +615,17 @@ def _run(args: argparse.Namespace, req: api.Request) -> int:
     for failure in failures:
         print(f"gpustack-operator: preflight: {failure}", file=sys.stderr)
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _progress() -> Callable[[str], None]:
+    """Long steps on stderr (which probe, which accelerator, elapsed since the run began); the YAML
+    document alone goes to stdout."""
+    start = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"gpustack-operator: preflight: [{time.monotonic() - start:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    return say
 
 
 if __name__ == "__main__":  # pragma: no cover

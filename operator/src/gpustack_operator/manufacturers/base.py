@@ -49,6 +49,29 @@ class PreloadLibrary:
 
 
 @dataclass(frozen=True)
+class ProbeTraits:
+    """This manufacturer's slice probe (supplement §2.7 "Slice rows — probes"): vendor knowledge.
+
+    ``image`` is the probe image as a template over the accelerator group (``{runtime_major}``: the
+    major of its runtime version; ``{family}``: its SoC family as a directory-name part), or ``None``
+    when no default is claimed (``--probe-image`` required; ``no_image`` says why). ``reader`` is the
+    command run inside the probe that prints the memory figure the container sees, one MiB integer per
+    visible accelerator; ``cap`` names where the injection puts the cap. ``vendor_runtime`` is the docker
+    ``--runtime`` the probe needs (the vendor container runtime's handler); ``nerdctl_gpus`` says
+    nerdctl's door to it is ``--gpus`` (no door, with a ``vendor_runtime``, means the step is emitted
+    under nerdctl). ``record`` is set where no shared object of ours is mounted and the driver's own
+    per-slice record answers ``sliced-runtime-loaded`` instead of the address space (Hygon)."""
+
+    image: str | None
+    reader: str
+    cap: str
+    vendor_runtime: str | None = None
+    nerdctl_gpus: bool = False
+    no_image: str | None = None
+    record: str | None = None
+
+
+@dataclass(frozen=True)
 class PreflightTraits:
     """How preflight's questions 2 and 3 read this manufacturer (supplement §2.7: the tier table and
     "The full table"); vendor knowledge, so it lives with the vendor's identity.
@@ -67,6 +90,7 @@ class PreflightTraits:
     container_probe: bool = False
     no_driver_read_note: str | None = None
     no_seam: Mapping[Family, str] = field(default_factory=dict)
+    probe: ProbeTraits | None = None
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup
 from gpustack_operator.settings import Settings
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # base imports this module for Backend's types
     from gpustack_operator.manufacturers.base import DetectContext
@@ -249,6 +251,15 @@ class RespondContext:
     # The detection context of the node view, for the vendor's driver-mode calls an allocation makes
     # (Ascend's container-share flag, Cambricon's sMLU mode: ``ModeDriver.read/set`` take it).
     detect: DetectContext | None = None
+    # Driver-mode substitutes by mode-driver name (preflight's seam, supplement §1.5 [repo]: "the pass
+    # substitutes the manufacturer's driver seam"): a synthetic allocation reads the mode its driver-read
+    # row established instead of writing the driver a second time. Empty in production.
+    modes: dict[str, Any] = field(default_factory=dict)
+
+    def mode_driver(self, name: str, default: T) -> T:
+        """The driver a responder calls for ``name``: the substitute when one is set, else ``default``."""
+        substitute = self.modes.get(name)
+        return cast(T, substitute) if substitute is not None else default
 
     def pod_dir(self, pod_uid: str, *parts: str) -> str:
         """The host path of a pod's (or one of its containers') working directory."""

@@ -51,7 +51,15 @@ from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.ascend import a5
-from gpustack_operator.manufacturers.base import DetectContext, ModeDriver, ModeError, ModeState, Resolved
+from gpustack_operator.manufacturers.base import (
+    DetectContext,
+    ModeChange,
+    ModeDriver,
+    ModeError,
+    ModeState,
+    ProbeTraits,
+    Resolved,
+)
 from gpustack_operator.manufacturers.modes import restore
 from gpustack_operator.manufacturers.respond import (
     LIB_DIR,
@@ -61,7 +69,9 @@ from gpustack_operator.manufacturers.respond import (
     RespondContext,
     Responder,
 )
+from gpustack_operator.preflight import probe
 from gpustack_operator.preflight.models import Check, Depth, State
+from gpustack_operator.preflight.probe import Prober
 from gpustack_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -133,6 +143,10 @@ class Env:
     host: HostRoot | None
     host_problem: str | None
     dry_run: bool = False
+    prober: Prober | None = None
+    # where the responder finds the preload-library tree when this run did not stage it onto the host
+    # (--dry-run: the tree staging would copy, read from its source; nothing is written)
+    lib_source: str | None = None
 
 
 # -- question 2: the driver-read row ---------------------------------------------------------------
@@ -319,14 +333,21 @@ class _LibOverlay(HostRoot):
     """A private scratch tree for the responder's writes that reads the staged library tree (only
     that, and only to see it is there) through the host root -- ``--dry-run`` writes nothing there."""
 
-    def __init__(self, scratch: str, base: HostRoot | None, lib_dir: str) -> None:
+    def __init__(self, scratch: str, base: HostRoot | None, lib_dir: str, source: str | None = None) -> None:
         super().__init__(scratch)
         self._base = base
         self._lib = lib_dir.rstrip("/") + "/"
+        self._source: HostRoot | None = None
+        if source is not None:
+            with contextlib.suppress(Exception):
+                self._source = HostRoot(source)
 
     def exists(self, host_path: str) -> bool:
-        if self._base is not None and host_path.startswith(self._lib):
-            return self._base.exists(host_path)
+        if host_path.startswith(self._lib):
+            # what staging would put there (its source), else what the host already carries
+            if self._source is not None and self._source.exists("/" + host_path[len(self._lib) :]):
+                return True
+            return self._base is not None and self._base.exists(host_path)
         return super().exists(host_path)
 
 
@@ -339,15 +360,25 @@ class Render:
 
 
 @contextlib.contextmanager
-def render_context(env: Env) -> Iterator[RespondContext]:
-    """The responder context of the pass; everything it rendered is removed on exit."""
+def render_context(env: Env, modes: dict[str, ModeDriver] | None = None) -> Iterator[RespondContext]:
+    """The responder context of the pass; everything it rendered is removed on exit. ``modes`` are the
+    driver-mode substitutes (:class:`HeldMode`) the synthetic allocation reads instead of the driver."""
     lib_dir = env.settings.lib_dir or LIB_DIR
     view = env.detect.view if env.detect is not None else HostRoot("/")
     name = f"render-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    held: dict[str, object] = dict(modes or {})
     if env.host is not None and not env.dry_run:
         created = _first_missing(env.host, PREFLIGHT_DIR)
         pods_dir = f"{PREFLIGHT_DIR}/{name}"
-        ctx = RespondContext(view=view, host=env.host, settings=env.settings, lib_dir=lib_dir, pods_dir=pods_dir)
+        ctx = RespondContext(
+            view=view,
+            host=env.host,
+            settings=env.settings,
+            lib_dir=lib_dir,
+            pods_dir=pods_dir,
+            detect=env.detect,
+            modes=held,
+        )
         try:
             yield ctx
         finally:
@@ -358,9 +389,15 @@ def render_context(env: Env) -> Iterator[RespondContext]:
         return
     scratch = tempfile.mkdtemp(prefix="gpustack-preflight-")
     try:
-        host = _LibOverlay(scratch, env.host, lib_dir)
+        host = _LibOverlay(scratch, env.host, lib_dir, env.lib_source)
         yield RespondContext(
-            view=view, host=host, settings=env.settings, lib_dir=lib_dir, pods_dir=f"{PREFLIGHT_DIR}/{name}"
+            view=view,
+            host=host,
+            settings=env.settings,
+            lib_dir=lib_dir,
+            pods_dir=f"{PREFLIGHT_DIR}/{name}",
+            detect=env.detect,
+            modes=held,
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -649,7 +686,242 @@ def sliced_rows(
             else f"a slice's injection names no {mib} MiB cap"
         )
         rows.append(_row(acc, "co-tenancy", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why))
+    traits = REGISTRY[manufacturer].identity.preflight.probe
+    if manufacturer in CONTAINER_TIER and traits is not None and sim.env.prober is not None:
+        return measure(manufacturer, sim, traits, group, acc, (first, second), rows)
     return rows
+
+
+# -- the probes: the sliced rows and co-tenancy from inside a real container ----------------------------
+
+
+def _swap(rows: list[Check], new: Check) -> list[Check]:
+    return [new if r.capability == new.capability else r for r in rows]
+
+
+def _with(row: Check, **update: object) -> Check:
+    return row.model_copy(update=update)
+
+
+def measure(  # noqa: PLR0917 - the rows, and what they were simulated from
+    manufacturer: str,
+    sim: Simulation,
+    traits: ProbeTraits,
+    group: DevicesGroup,
+    acc: Accelerator,
+    slices: tuple[Injection, Injection],
+    rows: list[Check],
+) -> list[Check]:
+    """Take the simulated rows one step deeper where a container can be started (§2.7): one probe
+    granted ``first`` (the two sliced rows), then both slices started together (co-tenancy). A row
+    whose simulation already failed stays as it is; a step that cannot be taken is emitted (printed
+    complete on the row, which keeps its simulated depth); a probe that ran gives ``measured``."""
+    prober = sim.env.prober
+    assert prober is not None
+    first, second = slices
+    mib = half_mib(group)
+    choice = probe.probe_image(traits, group, prober.image)
+    if choice.image is None:
+        why = f"no probe container was started, so this goes no deeper than simulated: {choice.why_none}"
+        return [_with(r, detail=f"{r.detail}; {why}") if r.state is State.OK else r for r in rows]
+    one = probe.step(
+        prober.door,
+        first,
+        name=probe.probe_name(manufacturer, acc.id),
+        image=choice.image,
+        traits=traits,
+        blocked=prober.blocked,
+    )
+    pair = [
+        probe.step(
+            prober.door,
+            inj,
+            name=probe.probe_name(manufacturer, acc.id, tag),
+            image=choice.image,
+            traits=traits,
+            blocked=prober.blocked,
+        )
+        for tag, inj in (("a", first), ("b", second))
+    ]
+    simulated_ok = {r.capability for r in rows if r.state is State.OK}
+    if one.emitted is not None:
+        out = []
+        for r in rows:
+            command = "\n".join(p.shown for p in pair) if r.capability == "co-tenancy" else one.shown
+            if r.state is State.OK:
+                r = _with(r, detail=f"{r.detail}; the probe step was emitted, not run: {one.emitted}")
+            out.append(_with(r, command=command))
+        return out
+    loaded, quota = _probe_one(manufacturer, sim, traits, acc, first, mib, one, prober)
+    if "sliced-runtime-loaded" in simulated_ok:
+        rows = _swap(rows, loaded)
+    if "sliced-quota-in-force" in simulated_ok:
+        rows = _swap(rows, quota)
+    if "co-tenancy" in simulated_ok:
+        rows = _swap(rows, _probe_pair(acc, (mib, mib), pair, prober))
+    return rows
+
+
+def _probe_one(  # noqa: PLR0917
+    manufacturer: str,
+    sim: Simulation,
+    traits: ProbeTraits,
+    acc: Accelerator,
+    injection: Injection,
+    mib: int,
+    step: probe.Step,
+    prober: probe.Prober,
+) -> tuple[Check, Check]:
+    (ran,) = prober.run([step], f"a half-accelerator slice on {acc.id}")
+    command = step.shown
+    failure = ran.failure()
+    if failure is not None:
+        why = (
+            f"the probe container did not run to the end, so the slice was not measured ({failure}); the "
+            "injection itself was simulated -- check the image can be pulled (--probe-image for air-gapped "
+            "nodes) and the container runtime's own log"
+        )
+        return (
+            _with(_row(acc, "sliced-runtime-loaded", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why), command=command),
+            _with(_row(acc, "sliced-quota-in-force", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why), command=command),
+        )
+    evidence = probe.parse_evidence(ran.stdout)
+    libraries = probe.preloaded(injection, sim.ctx.host.read_text) or []
+    if traits.record is not None:  # Hygon: the driver's per-slice record, not the address space
+        if evidence.figures:
+            loaded = _row(
+                acc,
+                "sliced-runtime-loaded",
+                SLICED,
+                State.OK,
+                Depth.MEASURED,
+                f"the driver recorded a slicing instance for the probe under {traits.record}",
+            )
+        else:
+            loaded = _row(
+                acc,
+                "sliced-runtime-loaded",
+                SLICED,
+                State.UNAVAILABLE,
+                Depth.MEASURED,
+                f"no per-slice record appeared under {traits.record} for the probe, so the slice was not "
+                "established (check the image has mkdir, and that /opt/dtk carries BandwidthTest)",
+            )
+        shown = evidence.reader_text
+    else:
+        mapped = set(evidence.maps or [])
+        missing = [lib for lib in libraries if lib not in mapped]
+        if evidence.maps is None:
+            loaded = _row(
+                acc,
+                "sliced-runtime-loaded",
+                SLICED,
+                State.UNAVAILABLE,
+                Depth.MEASURED,
+                "the probe printed no address map (its image lacks sh or cat?), so whether the slicing runtime "
+                "loaded is not known",
+            )
+        elif not libraries or missing:
+            what = ", ".join(missing) if missing else "no library at all (the preload file was empty)"
+            loaded = _row(
+                acc,
+                "sliced-runtime-loaded",
+                SLICED,
+                State.UNAVAILABLE,
+                Depth.MEASURED,
+                f"the slicing runtime is not in the container's address space: {what} -- the container started "
+                "without its limiter, which is a whole accelerator nobody asked for",
+            )
+        else:
+            loaded = _row(
+                acc,
+                "sliced-runtime-loaded",
+                SLICED,
+                State.OK,
+                Depth.MEASURED,
+                "every shared object the injection preloads is in the container's address space: "
+                + ", ".join(libraries),
+            )
+        shown = probe.maps_evidence(evidence, libraries)
+    loaded = _with(loaded, command=command, evidence=shown)
+    quota = _quota_row(acc, evidence, mib, acc_mib=2 * mib, where=traits.cap)
+    return loaded, _with(quota, command=command, evidence=evidence.reader_text or None)
+
+
+def _quota_row(acc: Accelerator, evidence: probe.Evidence, mib: int, *, acc_mib: int, where: str) -> Check:
+    if not evidence.figures:
+        said = f" (rc={evidence.reader_rc})" if evidence.reader_rc is not None else ""
+        return _row(
+            acc,
+            "sliced-quota-in-force",
+            SLICED,
+            State.UNAVAILABLE,
+            Depth.MEASURED,
+            f"the probe's reader printed no memory figure{said}, so the cap was not observed -- the probe image "
+            "must carry the vendor's reader (see the probe table in docs/preflight.md)",
+        )
+    seen = evidence.figures[0]
+    if seen == mib:
+        return _row(
+            acc,
+            "sliced-quota-in-force",
+            SLICED,
+            State.OK,
+            Depth.MEASURED,
+            f"the container reported {seen} MiB, the cap the injection set ({where}), not the accelerator's own "
+            f"{acc_mib} MiB",
+        )
+    whole = " -- the accelerator's own figure: the cap is not in force" if seen >= acc_mib else ""
+    return _row(
+        acc,
+        "sliced-quota-in-force",
+        SLICED,
+        State.UNAVAILABLE,
+        Depth.MEASURED,
+        f"the container reported {seen} MiB where the injection set a cap of {mib} MiB ({where}){whole}",
+    )
+
+
+def _probe_pair(acc: Accelerator, caps: tuple[int, int], pair: list[probe.Step], prober: probe.Prober) -> Check:
+    ran = prober.run(pair, f"two slices together on {acc.id}")
+    command = "\n".join(p.shown for p in pair)
+    problems = []
+    figures = []
+    for tag, r, cap in zip(("a", "b"), ran, caps, strict=True):
+        failure = r.failure()
+        if failure is not None:
+            problems.append(f"slice {tag} did not run to the end ({failure})")
+            continue
+        ev = probe.parse_evidence(r.stdout)
+        seen = ev.figures[0] if ev.figures else None
+        figures.append(f"{tag}: {seen} MiB")
+        if seen != cap:
+            problems.append(f"slice {tag} reported {seen if seen is not None else 'no figure'}, not its own {cap} MiB")
+    if problems:
+        depth = Depth.MEASURED if figures else Depth.SIMULATED
+        return _with(
+            _row(
+                acc,
+                "co-tenancy",
+                SLICED,
+                State.UNAVAILABLE,
+                depth,
+                "two slices started together on one accelerator did not each see their own quota: "
+                + "; ".join(problems),
+            ),
+            command=command,
+        )
+    return _with(
+        _row(
+            acc,
+            "co-tenancy",
+            SLICED,
+            State.OK,
+            Depth.MEASURED,
+            f"two slices started together on {acc.id}, each reporting its own cap ({', '.join(figures)})",
+        ),
+        command=command,
+    )
 
 
 def _ok(acc: Accelerator, capability: str, words: str) -> Check:
@@ -679,11 +951,50 @@ def a5_rows(env: Env, groups: list[DevicesGroup]) -> list[Check]:
 # -- the pass ----------------------------------------------------------------------------------------
 
 
+@dataclass
+class HeldMode:
+    """The driver seam of the synthetic allocation (supplement §1.5 [repo]): a mode the driver-read row
+    already established (asked on where off, put straight back) reads as on for the allocation it
+    predicts, and is never written a second time; one the row could not establish refuses, with the
+    row's own reason -- so the slice rows cannot be greener than the driver-read row."""
+
+    real: ModeDriver
+    established: dict[str, Check]  # accelerator id -> its driver-read row
+    mode: str = ""
+    writable: bool = False
+
+    def __post_init__(self) -> None:
+        self.mode = self.real.mode
+
+    def read(self, ctx: DetectContext, groups: list[DevicesGroup]) -> list[ModeState]:
+        states = []
+        for state in self.real.read(ctx, groups):
+            row = self.established.get(state.accelerator)
+            if row is not None and row.state is State.OK and state.declared:
+                state = state.model_copy(update={"enabled": True, "detail": row.detail})
+            states.append(state)
+        return states
+
+    def set(self, ctx: DetectContext, state: ModeState, enabled: bool) -> ModeChange:
+        row = self.established.get(state.accelerator)
+        why = row.reason if row is not None and row.reason else "its driver-read row did not establish it"
+        raise ModeError(state.accelerator, self.real.mode, f"not established by this pass: {why}")
+
+
+def held_modes(manufacturer: str, rows: list[Check]) -> dict[str, ModeDriver]:
+    if manufacturer not in ESTABLISHED:
+        return {}
+    name = MODE_NAME[manufacturer]
+    capability = DRIVER_ROW[manufacturer][0]
+    by_acc = {r.accelerator: r for r in rows if r.capability == capability}
+    return {name: HeldMode(REGISTRY[manufacturer].modes[name], by_acc)}
+
+
 def capability_rows(manufacturer: str, env: Env, groups: list[DevicesGroup]) -> tuple[list[Check], str]:
     """Every row this version answers for one manufacturer, and the note saying what it does not."""
     rows = driver_rows(manufacturer, env, groups)
     responder = REGISTRY[manufacturer].responder
-    with render_context(env) as ctx:
+    with render_context(env, held_modes(manufacturer, rows)) as ctx:
         sim = Simulation(env, responder, ctx) if responder is not None else None
         rows.extend(management_rows(manufacturer, env, sim, groups))
     if manufacturer == "ascend":

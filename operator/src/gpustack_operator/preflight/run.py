@@ -22,11 +22,12 @@ from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
 from gpustack_operator.preflight.capability import Env as CapabilityEnv
-from gpustack_operator.preflight.capability import capability_rows
+from gpustack_operator.preflight.capability import capability_rows, declares_slicing
 from gpustack_operator.preflight.crosscheck import cross_check
 from gpustack_operator.preflight.hostexec import HostExec, HostExecError
 from gpustack_operator.preflight.imageref import ImageRef
 from gpustack_operator.preflight.kubelet import KubeletReading, read_kubelet
+from gpustack_operator.preflight.lock import HeldLock, LockError, acquire
 from gpustack_operator.preflight.models import (
     Check,
     Depth,
@@ -38,12 +39,15 @@ from gpustack_operator.preflight.models import (
     State,
     Topology,
 )
+from gpustack_operator.preflight.probe import Door, Prober, Progress
 from gpustack_operator.preflight.runtime import (
     RuntimeName,
     RuntimeResolution,
     resolve_runtime,
     unusable_root_resolution,
 )
+from gpustack_operator.preflight.staging import DEFAULT_SOURCE, Staged, stage
+from gpustack_operator.preflight.sweep import failure_reason, other_runtimes, stale_rows, sweep
 from gpustack_operator.preflight.topology import not_read, topology_section
 from gpustack_operator.settings import Settings
 
@@ -287,6 +291,8 @@ def preflight(
     view: HostRoot | None = None,
     settings: Settings | None = None,
     dry_run: bool = False,
+    preload_source: str = DEFAULT_SOURCE,
+    progress: Progress | None = None,
 ) -> Report:
     """The report for every manufacturer the pass was asked about (none is ever left out).
 
@@ -309,6 +315,38 @@ def preflight(
             timestamp=now(), note=f"the network section could not be built: {type(exc).__name__}: {exc}"
         )
     topology, resolution = host_sections(host, runtime)
+    prober: Prober | None = None
+    held: HeldLock | None = None
+    stale: str | None = None
+    staged: Staged | None = None
+    if settings is not None and view is not None:
+        door = Door(
+            runner=host.exec if host is not None else None,
+            resolution=resolution,
+            no_host=(host.problem if host is not None else "no host root (--host-root) was given"),
+        )
+        # the lock and the sweep guard the probes (§2.8): taken only by a run that will start one
+        runnable = not dry_run and door.runtime is not None and host is not None
+        if runnable and host is not None and host.root is not None and host.exec and would_probe(result):
+            try:
+                held = acquire(host.root)
+            except LockError as exc:
+                return locked_report(result, str(exc), network, topology, resolution, probe_image)
+            say(progress, "sweeping containers an earlier run left behind")
+            assert resolution is not None
+            swept = sweep(host.exec, resolution, other_runtimes(host.root, resolution))
+            stale = failure_reason(swept)
+        staged = stage(
+            ok_groups(result),
+            result.cpu.arch if result.cpu is not None else "unknown",
+            str(host.root.root) if host is not None and host.root is not None else None,
+            preload_source,
+            dry_run=dry_run,
+        )
+        blocked = staged.blocked()
+        if stale is not None:
+            blocked = "the stale-container sweep could not be completed, so no probe was started on this node"
+        prober = Prober(door, probe_image, blocked, progress)
     groups = []
     for name, outcome in sorted(result.outcomes.items()):
         try:
@@ -323,6 +361,8 @@ def preflight(
                     host=host.root if host is not None else None,
                     host_problem=(host.problem if host is not None else "no host root (--host-root) was given"),
                     dry_run=dry_run,
+                    prober=prober,
+                    lib_source=preload_source if staged is None or staged.dry_run or staged.error else None,
                 )
             groups.append(
                 preflight_group(
@@ -338,6 +378,10 @@ def preflight(
         except Exception as exc:  # contained to this manufacturer; the trace goes to the log
             log.exception("preflight: the %s preflight panicked", name)
             groups.append(panicked_group(name, outcome, exc))
+    if stale is not None:
+        groups = [with_stale_rows(g, result.outcomes.get(g.manufacturer), stale) for g in groups]
+    if held is not None:
+        held.release()
     return Report(
         accelerators=groups,
         network=network,
@@ -345,6 +389,66 @@ def preflight(
         runtime=resolution,
         probe_image=str(probe_image) if probe_image is not None else None,
     )
+
+
+def say(progress: Progress | None, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def ok_groups(result: NodeDetection) -> list[DevicesGroup]:
+    """The groups of every manufacturer whose detect pass answered (what staging lays out)."""
+    return [g for o in result.outcomes.values() if isinstance(o, Detected) for g in o.groups]
+
+
+def would_probe(result: NodeDetection) -> bool:
+    """Does any manufacturer with a container probe have an accelerator that can host a logical slice?"""
+    for name, outcome in result.outcomes.items():
+        if not isinstance(outcome, Detected) or REGISTRY[name].identity.preflight.probe is None:
+            continue
+        if any(declares_slicing(a) for g in outcome.groups for a in g.accelerators):
+            return True
+    return False
+
+
+def locked_report(  # noqa: PLR0917 - the sections a refused run still reports
+    result: NodeDetection,
+    reason: str,
+    network: NetworkSection | None,
+    topology: Topology | None,
+    resolution: RuntimeResolution | None,
+    probe_image: ImageRef | None,
+) -> Report:
+    """A second run on the node (§2.8): it refuses before it sweeps anything and reports every
+    manufacturer unavailable naming the lock."""
+    groups = []
+    for name, outcome in sorted(result.outcomes.items()):
+        count = sum(len(g.accelerators) for g in outcome.groups) if isinstance(outcome, Detected) else 0
+        groups.append(
+            Group(
+                manufacturer=name,
+                timestamp=now(),
+                detection=Detection(state=State.UNAVAILABLE, accelerators=count, reason=reason),
+                note="this run refused before it swept or started anything: " + reason,
+            )
+        )
+    return Report(
+        accelerators=groups,
+        network=network,
+        topology=topology,
+        runtime=resolution,
+        probe_image=str(probe_image) if probe_image is not None else None,
+    )
+
+
+def with_stale_rows(group: Group, outcome: DetectOutcome | None, reason: str) -> Group:
+    """One ``stale-container-sweep`` row per accelerator of the group (§2.8)."""
+    if not isinstance(outcome, Detected):
+        return group
+    ids = [a.id for g in outcome.groups for a in g.accelerators]
+    if not ids:
+        return group
+    return group.model_copy(update={"checks": [*stale_rows(ids, reason), *(group.checks or [])]})
 
 
 def log_kubelet(kubelet: KubeletReading) -> None:

@@ -1,6 +1,6 @@
 """AMD: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary, ProbeTraits
 
 IDENTITY = Identity(
     name="amd",
@@ -25,5 +25,10 @@ IDENTITY = Identity(
         "740c": "AMD Instinct MI250X / MI250",
         "738c": "AMD Instinct MI100",
     },
-    preflight=PreflightTraits(driver_row="cu-mask-topology", driver_row_mode="sliced", container_probe=True),
+    preflight=PreflightTraits(
+        driver_row="cu-mask-topology",
+        driver_row_mode="sliced",
+        container_probe=True,
+        probe=ProbeTraits(image="ubuntu:24.04", reader="rocm-monitor", cap="VROCM_DEVICE_MEMORY_LIMIT_<i>"),
+    ),
 )

@@ -1,9 +1,6 @@
 """Ascend: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
-from gpustack_operator.manufacturers.respond import Family
-
-SHARE_NO_SEAM = "the Ascend responder reads and sets container-share through the real DCMI"
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary, ProbeTraits
 
 IDENTITY = Identity(
     name="ascend",
@@ -28,10 +25,11 @@ IDENTITY = Identity(
         mode_driver="container-share",
         established=True,
         container_probe=True,
-        no_seam={
-            Family.SLICED: SHARE_NO_SEAM,
-            Family.SHARED: SHARE_NO_SEAM,
-            Family.VISIBILITY: SHARE_NO_SEAM,
-        },
+        probe=ProbeTraits(
+            image="quay.io/ascend/cann:{runtime_major}-{family}",
+            reader="enpu-monitor",
+            cap="npu_info.config, key memory-quota",
+            vendor_runtime="ascend",
+        ),
     ),
 )

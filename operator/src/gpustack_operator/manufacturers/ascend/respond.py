@@ -43,6 +43,7 @@ from gpustack_operator.host import HostPathError
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers.ascend import soc
 from gpustack_operator.manufacturers.ascend.modes import CONTAINER_SHARE, NOT_LOADED, READ_FAILED
+from gpustack_operator.manufacturers.ascend.modes import MODE as CONTAINER_SHARE_NAME
 from gpustack_operator.manufacturers.base import ModeError, ModeState
 from gpustack_operator.manufacturers.respond import (
     Code,
@@ -108,9 +109,10 @@ def ensure_container_share(grant: Grant, ctx: RespondContext, injection: Injecti
         raise RefusedError(
             "Ascend container-share cannot be read: this allocator was started without a detection context",
         )
+    driver = ctx.mode_driver(CONTAINER_SHARE_NAME, CONTAINER_SHARE)
     for granted in grant.accelerators:
         group = granted.group.model_copy(update={"accelerators": [granted.accelerator]})
-        (state,) = CONTAINER_SHARE.read(ctx.detect, [group])
+        (state,) = driver.read(ctx.detect, [group])
         if not state.declared:
             injection.log.append(f"ascend: {granted.id}: {state.detail}; {grant.family} allowed without the flag")
             log.info("ascend: %s: %s; %s allowed without the flag", granted.id, state.detail, grant.family)
@@ -128,7 +130,7 @@ def ensure_container_share(grant: Grant, ctx: RespondContext, injection: Injecti
                 )
             )
         try:
-            change = CONTAINER_SHARE.set(ctx.detect, state, True)
+            change = driver.set(ctx.detect, state, True)
         except ModeError as exc:
             raise RefusedError(f"Ascend NPU {granted.id}: {exc}") from None
         injection.log.append(f"ascend: container-share enabled on {granted.id} ({change.command})")

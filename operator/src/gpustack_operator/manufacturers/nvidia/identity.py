@@ -1,6 +1,6 @@
 """NVIDIA: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary, ProbeTraits
 
 IDENTITY = Identity(
     name="nvidia",
@@ -34,6 +34,16 @@ IDENTITY = Identity(
         "2684": "NVIDIA GeForce RTX 4090",
     },
     preflight=PreflightTraits(
-        driver_row="mig-partitioning", driver_row_mode="partitioned", mode_driver="mig", container_probe=True
+        driver_row="mig-partitioning",
+        driver_row_mode="partitioned",
+        mode_driver="mig",
+        container_probe=True,
+        probe=ProbeTraits(
+            image="nvidia/cuda:{runtime_major}",
+            reader="nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits",
+            cap="CUDA_DEVICE_MEMORY_LIMIT_<i>",
+            vendor_runtime="nvidia",
+            nerdctl_gpus=True,
+        ),
     ),
 )

@@ -1,6 +1,6 @@
 """T-Head: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
-from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary
+from gpustack_operator.manufacturers.base import Identity, PreflightTraits, PreloadLibrary, ProbeTraits
 
 IDENTITY = Identity(
     name="thead",
@@ -16,5 +16,18 @@ IDENTITY = Identity(
         directory="thead", no_arm64="the PPU SDK is x86_64-only: the arm64 image carries no T-Head shim"
     ),
     products={},
-    preflight=PreflightTraits(driver_row="mig-partitioning", driver_row_mode="partitioned", container_probe=True),
+    preflight=PreflightTraits(
+        driver_row="mig-partitioning",
+        driver_row_mode="partitioned",
+        container_probe=True,
+        probe=ProbeTraits(
+            image=None,
+            reader="ppu-monitor",
+            cap="HGGC_DEVICE_MEMORY_LIMIT_<i>",
+            no_image=(
+                "no default is claimed for a PPU family: the workload container brings its own SDK and there is "
+                "no generation to match an image against"
+            ),
+        ),
+    ),
 )
