@@ -34,8 +34,25 @@ options:
       - Image for the probe containers, an OCI image reference
         C([registry[:port]/]path[:tag][@sha256:<64 hex>]) such as C(ubuntu:24.04); for air-gapped use.
       - Validated before the pass (a malformed reference fails the task naming the problem) and returned as
-        RV(probe_image). This version starts no probe container, which the groups' notes say.
+        RV(probe_image). Without it each family's default is used (C(nvidia/cuda:<CUDA major>),
+        C(quay.io/ascend/cann:<CANN major>-<family>), C(ubuntu:24.04) for AMD); Hygon and T-Head claim no
+        default, so their slice rows stop at C(simulated) without one.
     type: str
+  capabilities:
+    description:
+      - Also answer questions 2 and 3 (can the accelerators be sliced, can they be managed while sliced) -
+        the driver-read rows, the allocator's own injection for a synthetic slice, and the probe containers
+        with the lock, the stale-container sweep and the preload-library staging around them.
+      - Writes to the host unless O(dry_run) (or check mode) - the staged library tree (kept), the
+        responder's rendered files (removed at the end), the lock file (kept), a driver mode asked on and
+        put straight back.
+    type: bool
+    default: false
+  preload_source:
+    description:
+      - The preload-library tree staged onto the host (a directory or tarball on the target, read in the
+        module's own view). Defaults to C(/opt/gpustack/lib), where the operator image carries it.
+    type: path
   detect_root:
     description:
       - The node view the detect pass reads as its own (its C(/sys), C(/dev) and vendor libraries), when
@@ -247,6 +264,8 @@ def main():
     argument_spec["runtime"] = dict(type="str", choices=RUNTIMES)
     argument_spec["probe_image"] = dict(type="str")
     argument_spec["detect_root"] = dict(type="path")
+    argument_spec["capabilities"] = dict(type="bool", default=False)
+    argument_spec["preload_source"] = dict(type="path")
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_gpustack(module)
     req = make_request(module, root_option="detect_root")
@@ -259,6 +278,8 @@ def main():
             runtime=module.params["runtime"],
             probe_image=module.params["probe_image"],
             host_root=host_root,
+            capabilities=module.params["capabilities"],
+            preload_source=module.params["preload_source"],
         )
     except ValueError as exc:  # a probe image that is no image reference (runtime choices are Ansible's)
         module.fail_json(msg="preflight: %s" % exc)

@@ -20,9 +20,9 @@ Rows, per accelerator (§2.7 tier table and "The full table"):
   partition-backed accelerator answers ``declared`` (reaching its visibility response means creating
   a partition).
 * ``sliced-runtime-loaded`` / ``sliced-quota-in-force`` (only on an accelerator declaring logical
-  slicing) and ``co-tenancy`` (logical slicing, or partition-backed): ``simulated`` at most -- the
-  injection was produced and asserted on. The container probes of the container-probe tiers are not
-  built yet; those rows say so in their reason rather than reading as measured.
+  slicing) and ``co-tenancy`` (logical slicing, or partition-backed): ``simulated`` -- the injection
+  was produced and asserted on -- then, on the container-probe tiers, ``measured`` by a probe container
+  granted that injection (:mod:`.probe`; :func:`measure`), or emitted with the reason it was not run.
 * Ascend A5 (family ``950``): ``ascend-docker-runtime`` and ``hccl-ranktable`` (``declared``), once
   per mode the accelerator serves (:mod:`gpustack_operator.manufacturers.ascend.a5`).
 
@@ -101,8 +101,8 @@ NO_SEAM_WHY = (
     "simulating it would change the hardware; this pass did not establish it"
 )
 PROBE_NOT_BUILT = (
-    "the injection was produced by the allocator's own responder and asserted on, but the container probe "
-    "that would measure it from inside a container is not built yet, so this goes no deeper than simulated"
+    "the injection was produced by the allocator's own responder and asserted on (simulated); a probe "
+    "container granted it answers the row from inside a container (measured) where one can be started"
 )
 INJECTION_ONLY = (
     "this manufacturer's tier stops at the injection (no container is started for it), so simulated is "
@@ -1008,8 +1008,9 @@ def note_for(manufacturer: str) -> str:
         parts.append(NO_DRIVER_READ_NOTE[manufacturer])
     if manufacturer in CONTAINER_TIER:
         parts.append(
-            "questions 2 and 3 are answered up to the injection (simulated): the container probes that would "
-            "measure the sliced rows and co-tenancy from inside a container are not built yet"
+            "questions 2 and 3: the injection is simulated through the allocator's own responder, then a probe "
+            "container granted a half-accelerator slice (and two together, for co-tenancy) measures the sliced "
+            "rows; sidecar-visibility is simulated by construction; a row that went no deeper says why"
         )
     else:
         parts.append(
