@@ -9,7 +9,9 @@
 #      private range that must never be used here) and ulimits it is allowed to set;
 #   3. the containers.podman collection (molecule's podman driver and connection) extracted from the
 #      PyPI `ansible` wheel into collections/ (Galaxy is unreachable; ~1 MB of the 50 MB wheel kept);
-#   4. the image localhost/gpustack-molecule, built once per recipe (see IMAGE_RECIPE below).
+#   4. the image localhost/gpustack-molecule, built once per recipe (see IMAGE_RECIPE below) from the
+#      Debian rootfs tarball tests/tools/rootfs_tar.sh caches (debootstrap; shared with the preflight
+#      probe image of tests/tools/container_host.py, which says which packages it holds and why).
 #
 # It prints the environment to export, e.g.  eval "$(tests/tools/podman_image.sh)"  -- everything else
 # goes to stderr (the scenarios set the same CONTAINERS_CONF themselves, in extensions/molecule/config.yml).
@@ -35,13 +37,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD="$REPO/tests/.build/podman"
 PIPCACHE="$REPO/tests/.build/pip"
 IMAGE=localhost/gpustack-molecule
-SUITE=bookworm
-MIRROR=${DEBOOTSTRAP_MIRROR:-http://deb.debian.org/debian}
-# What the roles need in the container besides minbase: python3 (3.11: Ansible's modules before the
-# install role switches interpreters, and the refusal case), python3-packaging (ansible.builtin.pip
-# runs under that interpreter and needs it). tar/gzip (unarchive), coreutils' chroot (the preflight
-# enters the host root) and dash (the shell the fake vendor CLIs run under) are in minbase.
-PACKAGES=python3,python3-packaging
+# The Debian rootfs (debootstrap minbase + what the roles need: python3, python3-packaging), built
+# and cached by tests/tools/rootfs_tar.sh; its file name names the suite and the package list.
+ROOTFS="$REPO/tests/tools/rootfs_tar.sh"
+ROOTFS_NAME=$(basename "$(bash "$ROOTFS" --path)")
+SUITE=$(echo "$ROOTFS_NAME" | cut -d- -f2)
 # The ansible release the containers.podman collection is taken from (pinned: reproducible).
 ANSIBLE_WHEEL_VERSION=14.5.0
 
@@ -132,26 +132,12 @@ PREFIX=$(pick_prefix)
 PYVER=$("$PREFIX/bin/python3" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 PYFULL=$("$PREFIX/bin/python3" -c 'import platform; print(platform.python_version())')
 
-# The recipe's identity: this script, the suite, the packages, the interpreter. The image carries it
-# as a label; a different recipe rebuilds.
-IMAGE_RECIPE=$( { cat "${BASH_SOURCE[0]}"; echo "$SUITE $PACKAGES $PREFIX $PYFULL"; } | sha256sum | cut -c1-16)
+# The recipe's identity: this script, the rootfs (its name names suite and packages), the interpreter.
+# The image carries it as a label; a different recipe rebuilds.
+IMAGE_RECIPE=$( { cat "${BASH_SOURCE[0]}"; echo "$ROOTFS_NAME $PREFIX $PYFULL"; } | sha256sum | cut -c1-16)
 current=$(podman image inspect --format '{{ index .Labels "gpustack.recipe" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$current" != "$IMAGE_RECIPE" ]; then
-    ROOTFS_TAR="$BUILD/rootfs-$SUITE-$(echo "$PACKAGES" | sha256sum | cut -c1-8).tar"
-    if [ ! -f "$ROOTFS_TAR" ]; then
-        log "debootstrap --variant=minbase $SUITE (+ $PACKAGES), cached as ${ROOTFS_TAR#"$REPO"/}"
-        tmp=$(mktemp -d "$BUILD/debootstrap.XXXXXX")
-        trap 'rm -rf "$tmp"' EXIT
-        debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/root" "$MIRROR" >"$BUILD/debootstrap.log" 2>&1 \
-            || die "debootstrap failed, see ${BUILD#"$REPO"/}/debootstrap.log"
-        # keep it small: no package caches, lists, docs or man pages
-        rm -rf "$tmp/root"/var/cache/apt/archives/*.deb "$tmp/root"/var/lib/apt/lists/* \
-               "$tmp/root"/usr/share/doc/* "$tmp/root"/usr/share/man/* "$tmp/root"/usr/share/info/* \
-               "$tmp/root"/usr/share/locale/*
-        tar -C "$tmp/root" -cf "$ROOTFS_TAR.part" .
-        mv "$ROOTFS_TAR.part" "$ROOTFS_TAR"
-        rm -rf "$tmp"; trap - EXIT
-    fi
+    ROOTFS_TAR=$(bash "$ROOTFS") || die "tests/tools/rootfs_tar.sh failed"
 
     log "building $IMAGE (Debian $SUITE, /usr/bin/python3 3.11, /opt/python/bin/python3 $PYFULL from $PREFIX)"
     tmp=$(mktemp -d "$BUILD/image.XXXXXX")

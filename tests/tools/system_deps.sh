@@ -4,6 +4,9 @@
 #   openssh-server, openssh-client  tests/integration/test_ssh_fleet.py (sshd in network namespaces)
 #   iproute2                        `ip netns` / veth pairs for those hosts (tests/tools/netns_hosts.py)
 #   chromium, fonts-liberation      tests/integration/test_html_chromium.py (headless rendering, legible text)
+#   docker.io                       tests/tools/container_host.py (a real dockerd chrooted into a host root for the
+#                                   preflight probe tests; brings containerd, runc and /usr/bin/docker; its own
+#                                   service is kept from starting by policy-rc.d below)
 set -euo pipefail
 
 PACKAGES=(
@@ -12,6 +15,7 @@ PACKAGES=(
   iproute2
   chromium
   fonts-liberation
+  docker.io
 )
 
 missing=()
