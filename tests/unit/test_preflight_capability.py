@@ -173,7 +173,9 @@ def test_dry_run_does_not_ask(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "not established" in row.reason and "--dry-run" in row.reason  # type: ignore[attr-defined]
 
 
-def test_notes_name_what_is_not_built() -> None:
-    assert "container probes" in capability.note_for("nvidia")
+def test_notes_say_how_deep_each_tier_goes() -> None:
+    assert "probe container" in capability.note_for("nvidia") and "measures the sliced rows" in capability.note_for(
+        "nvidia"
+    )
     assert "no driver-read row" in capability.note_for("iluvatar")
     assert "not built" not in capability.note_for("cambricon")

@@ -91,6 +91,9 @@ class PreflightTraits:
     no_driver_read_note: str | None = None
     no_seam: Mapping[Family, str] = field(default_factory=dict)
     probe: ProbeTraits | None = None
+    # the RespondContext seam through which its responder's driver control writes go: preflight records
+    # them (the synthetic allocation renders its record and environment, the hardware is unchanged)
+    recorded_writes: str | None = None
 
 
 @dataclass(frozen=True)

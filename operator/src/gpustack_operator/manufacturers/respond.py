@@ -251,14 +251,16 @@ class RespondContext:
     # The detection context of the node view, for the vendor's driver-mode calls an allocation makes
     # (Ascend's container-share flag, Cambricon's sMLU mode: ``ModeDriver.read/set`` take it).
     detect: DetectContext | None = None
-    # Driver-mode substitutes by mode-driver name (preflight's seam, supplement §1.5 [repo]: "the pass
-    # substitutes the manufacturer's driver seam"): a synthetic allocation reads the mode its driver-read
-    # row established instead of writing the driver a second time. Empty in production.
-    modes: dict[str, Any] = field(default_factory=dict)
+    # Driver seams by name (preflight's, supplement §1.5 [repo]: "the pass substitutes the manufacturer's
+    # driver seam and redirects render paths"): a synthetic allocation calls the substitute instead of the
+    # driver -- a mode the driver-read row established read back rather than written again, an sGPU
+    # control write recorded rather than made, an sMLU instance described rather than created. Empty in
+    # production, where every responder calls its driver.
+    seams: dict[str, Any] = field(default_factory=dict)
 
-    def mode_driver(self, name: str, default: T) -> T:
-        """The driver a responder calls for ``name``: the substitute when one is set, else ``default``."""
-        substitute = self.modes.get(name)
+    def seam(self, name: str, default: T) -> T:
+        """What a responder calls for ``name``: the substitute when one is set, else ``default``."""
+        substitute = self.seams.get(name)
         return cast(T, substitute) if substitute is not None else default
 
     def pod_dir(self, pod_uid: str, *parts: str) -> str:

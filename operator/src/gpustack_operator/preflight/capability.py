@@ -35,6 +35,7 @@ library tree being read (never written) through the host root.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -42,7 +43,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpustack_operator.allocator.core import Allocator
 from gpustack_operator.allocator.pods import ContainerSpec, KubeletPod, PodSpec
@@ -360,13 +361,14 @@ class Render:
 
 
 @contextlib.contextmanager
-def render_context(env: Env, modes: dict[str, ModeDriver] | None = None) -> Iterator[RespondContext]:
+def render_context(env: Env, seams: dict[str, object] | None = None) -> Iterator[RespondContext]:
     """The responder context of the pass; everything it rendered is removed on exit. ``modes`` are the
-    driver-mode substitutes (:class:`HeldMode`) the synthetic allocation reads instead of the driver."""
+    driver seams (:class:`HeldMode`, :class:`RecordedWrites`) the synthetic allocation calls instead of
+    the driver."""
     lib_dir = env.settings.lib_dir or LIB_DIR
     view = env.detect.view if env.detect is not None else HostRoot("/")
     name = f"render-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    held: dict[str, object] = dict(modes or {})
+    held: dict[str, object] = dict(seams or {})
     if env.host is not None and not env.dry_run:
         created = _first_missing(env.host, PREFLIGHT_DIR)
         pods_dir = f"{PREFLIGHT_DIR}/{name}"
@@ -377,7 +379,7 @@ def render_context(env: Env, modes: dict[str, ModeDriver] | None = None) -> Iter
             lib_dir=lib_dir,
             pods_dir=pods_dir,
             detect=env.detect,
-            modes=held,
+            seams=held,
         )
         try:
             yield ctx
@@ -397,7 +399,7 @@ def render_context(env: Env, modes: dict[str, ModeDriver] | None = None) -> Iter
             lib_dir=lib_dir,
             pods_dir=f"{PREFLIGHT_DIR}/{name}",
             detect=env.detect,
-            modes=held,
+            seams=held,
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -426,30 +428,43 @@ class Simulation:
         self.env = env
         self.responder = responder
         self.ctx = ctx
+        self.recorder = next((v for v in ctx.seams.values() if isinstance(v, RecordedWrites)), None)
+        self.written: list[str] = []  # per slice of two_slices: the driver writes its seam recorded
         self.names = ResourceNames(env.resolved.resource_name, env.resolved.name, env.resolved.partition_kind or "mig")
 
     def allocator(self, group: DevicesGroup, acc: Accelerator, pods: SyntheticPods) -> Allocator:
+        """A fresh Allocator over a render directory of its own: one scenario's rendered files (a Hygon
+        vdev record, an Ascend npu_info) are never read as another scenario's neighbours."""
+        ctx = dataclasses.replace(self.ctx, pods_dir=f"{self.ctx.pods_dir}/{uuid.uuid4().hex[:8]}")
         return Allocator(
             self.env.resolved,
             [group.model_copy(update={"accelerators": [acc]})],
             responder=self.responder,
-            ctx=self.ctx,
+            ctx=ctx,
             pods=pods,
             lock=None,
         )
 
     def pod(self, acc: Accelerator, containers: tuple[ContainerSpec, ...]) -> PodSpec:
+        # the runtime class a workload Pod of this manufacturer carries (the chart's RuntimeClass, named
+        # for the vendor container runtime): what the responder checks a sliced Pod for
         return PodSpec(
             uid=f"preflight-{uuid.uuid4()}",
             namespace="gpustack-preflight",
             name=f"preflight-{acc.index}",
             created=float(int(time.time())),
+            runtime_class=self.env.resolved.runtime_name,
             containers=containers,
         )
 
     def owner_request(self, acc: Accelerator, sliced: bool) -> tuple[str, dict[str, str]]:
-        if sliced:  # supplement §2.7: a probe slice requests half the accelerator
-            return self.names.sliced, {self.names.sliced: "1", self.names.sliced_memory_percentage: "50"}
+        if sliced:  # supplement §2.7: a probe slice requests half the accelerator (its memory and its cores,
+            # so two of them fit one accelerator on every vendor, Hygon's non-overlapping CU windows included)
+            return self.names.sliced, {
+                self.names.sliced: "1",
+                self.names.sliced_memory_percentage: "50",
+                self.names.sliced_cores_percentage: "50",
+            }
         return self.names.exclusive, {self.names.exclusive: "1"}
 
     def owner_and_sidecar(self, group: DevicesGroup, acc: Accelerator, sliced: bool) -> Driven:
@@ -477,17 +492,24 @@ class Simulation:
         alloc = self.allocator(group, acc, pods)
         resource, request = self.owner_request(acc, True)
         ids = tokens(group.id, acc, Family.SLICED)
-        first, second = self.pod(acc, (ContainerSpec(name="main", resources=request),)), None
-        pods.pods.append(first)
-        (a,) = alloc.allocate(resource, [[ids[0]]])
-        second = self.pod(acc, (ContainerSpec(name="main", resources=request),))
-        pods.pods.append(second)
-        (b,) = alloc.allocate(resource, [[ids[1 % len(ids)]]])
-        return a, b
+        self.written = []
+        out = []
+        for token in (ids[0], ids[1 % len(ids)]):
+            pods.pods.append(self.pod(acc, (ContainerSpec(name="main", resources=request),)))
+            before = len(self.recorder.writes) if self.recorder is not None else 0
+            (injection,) = alloc.allocate(resource, [[token]])
+            made = self.recorder.writes[before:] if self.recorder is not None else []
+            self.written.append("\n".join(f"{path}: {text}" for path, text in made))
+            out.append(injection)
+        return out[0], out[1]
 
 
-def visibility_verdict(owner: Injection, sidecar: Injection) -> str | None:
-    """Why the sidecar names something the owner was not granted, or ``None`` when it does not."""
+def visibility_verdict(owner: Injection, sidecar: Injection, names: frozenset[str] = frozenset()) -> str | None:
+    """Why the sidecar names something the owner was not granted, or ``None`` when it does not.
+
+    ``names`` are the owner's accelerator's own names (id, index, physical indexes): a visibility
+    variable the owner's injection does not carry (it reached its accelerator through device nodes) is
+    fine when every accelerator it names is one of them."""
     owner_devices = {d.host_path for d in owner.devices}
     extra = [d.host_path for d in sidecar.devices if d.host_path not in owner_devices]
     if extra:
@@ -499,7 +521,9 @@ def visibility_verdict(owner: Injection, sidecar: Injection) -> str | None:
         if key in owner.envs and owner.envs[key] != value:
             return f"the sidecar's {key}={value} names other accelerators than the owner's {key}={owner.envs[key]}"
         if key not in owner.envs and ("VISIBLE" in key or key.endswith("DEVICES")):
-            return f"the sidecar's {key}={value} names accelerators the owner's injection does not"
+            named = {v.strip() for v in value.split(",") if v.strip()}
+            if not names or not named or not named <= names:
+                return f"the sidecar's {key}={value} names accelerators the owner's injection does not"
     if not (sidecar.envs or sidecar.devices or sidecar.cdi_devices or sidecar.annotations):
         return "the sidecar's injection names no accelerator at all, so it would see nothing the owner holds"
     return None
@@ -527,11 +551,12 @@ def _rendered(ctx: RespondContext, injection: Injection) -> str:
     return "\n".join(texts)
 
 
-def carries_quota(ctx: RespondContext, injection: Injection, mib: int) -> bool:
-    """Does the injection carry the slice's memory cap (an env value or a rendered file naming it)?"""
-    figure = str(mib)
-    haystack = [*injection.envs.values(), *injection.annotations.values(), _rendered(ctx, injection)]
-    return any(figure in text for text in haystack)
+def carries_quota(ctx: RespondContext, injection: Injection, mib: int, written: str = "") -> bool:
+    """Does the slice carry its memory cap -- in MiB or bytes, in an env value, an annotation, a rendered
+    file, or the driver write its seam recorded for it (``written``: an sMLU profile, an sGPU create)?"""
+    figures = (str(mib), str(mib * 1024 * 1024))
+    haystack = [*injection.envs.values(), *injection.annotations.values(), _rendered(ctx, injection), written]
+    return any(figure in text for figure in figures for text in haystack)
 
 
 def half_mib(group: DevicesGroup) -> int:
@@ -599,7 +624,8 @@ def accelerator_rows(
             )
         else:
             assert driven.sidecar is not None
-            problem = visibility_verdict(driven.owner, driven.sidecar)
+            own = frozenset({acc.id, str(acc.index), *(str(i) for i in acc.physical_indexes or [])})
+            problem = visibility_verdict(driven.owner, driven.sidecar, own)
             if problem is None:
                 rows.append(
                     _row(
@@ -653,7 +679,8 @@ def sliced_rows(
                     "the slice's injection mounts no slicing runtime",
                 )
             )
-    quota = carries_quota(sim.ctx, first, mib)
+    written = [*sim.written, "", ""][:2]
+    quota = carries_quota(sim.ctx, first, mib, written[0])
     if "sliced-quota-in-force" in capabilities:
         if quota:
             rows.append(_ok(acc, "sliced-quota-in-force", f"the slice's injection carries its {mib} MiB cap; {deeper}"))
@@ -668,9 +695,10 @@ def sliced_rows(
                     f"the slice's injection names no {mib} MiB cap (half of {group.memory} MiB)",
                 )
             )
-    both = carries_quota(sim.ctx, first, mib) and carries_quota(sim.ctx, second, mib)
-    distinct = first.model_dump(exclude={"log"}) != second.model_dump(exclude={"log"})
-    if both and distinct:
+    # each slice carries its own cap; two injections may be identical (a vendor whose slice names nothing
+    # per Pod) and still be two independent slices -- the ledger granted both on one accelerator
+    both = carries_quota(sim.ctx, first, mib, written[0]) and carries_quota(sim.ctx, second, mib, written[1])
+    if both:
         rows.append(
             _ok(
                 acc,
@@ -680,11 +708,7 @@ def sliced_rows(
             )
         )
     else:
-        why = (
-            "the two slices' injections are identical"
-            if not distinct
-            else f"a slice's injection names no {mib} MiB cap"
-        )
+        why = f"a slice's injection names no {mib} MiB cap"
         rows.append(_row(acc, "co-tenancy", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why))
     traits = REGISTRY[manufacturer].identity.preflight.probe
     if manufacturer in CONTAINER_TIER and traits is not None and sim.env.prober is not None:
@@ -981,20 +1005,35 @@ class HeldMode:
         raise ModeError(state.accelerator, self.real.mode, f"not established by this pass: {why}")
 
 
-def held_modes(manufacturer: str, rows: list[Check]) -> dict[str, ModeDriver]:
-    if manufacturer not in ESTABLISHED:
-        return {}
-    name = MODE_NAME[manufacturer]
-    capability = DRIVER_ROW[manufacturer][0]
-    by_acc = {r.accelerator: r for r in rows if r.capability == capability}
-    return {name: HeldMode(REGISTRY[manufacturer].modes[name], by_acc)}
+@dataclass
+class RecordedWrites:
+    """A driver control-write seam: what the responder would write, recorded (never made)."""
+
+    writes: list[tuple[str, str]] = field(default_factory=list)
+
+    def __call__(self, path: str, text: str) -> None:
+        self.writes.append((path, text))
+
+
+def seams_for(manufacturer: str, rows: list[Check]) -> dict[str, object]:
+    """The driver seams the synthetic allocation runs through (supplement §1.5 [repo])."""
+    seams: dict[str, object] = {}
+    traits = REGISTRY[manufacturer].identity.preflight
+    if traits.recorded_writes is not None:
+        seams[traits.recorded_writes] = RecordedWrites()
+    if manufacturer in ESTABLISHED:
+        name = MODE_NAME[manufacturer]
+        capability = DRIVER_ROW[manufacturer][0]
+        by_acc = {r.accelerator: r for r in rows if r.capability == capability}
+        seams[name] = HeldMode(REGISTRY[manufacturer].modes[name], by_acc)
+    return seams
 
 
 def capability_rows(manufacturer: str, env: Env, groups: list[DevicesGroup]) -> tuple[list[Check], str]:
     """Every row this version answers for one manufacturer, and the note saying what it does not."""
     rows = driver_rows(manufacturer, env, groups)
     responder = REGISTRY[manufacturer].responder
-    with render_context(env, held_modes(manufacturer, rows)) as ctx:
+    with render_context(env, seams_for(manufacturer, rows)) as ctx:
         sim = Simulation(env, responder, ctx) if responder is not None else None
         rows.extend(management_rows(manufacturer, env, sim, groups))
     if manufacturer == "ascend":

@@ -109,7 +109,7 @@ def ensure_container_share(grant: Grant, ctx: RespondContext, injection: Injecti
         raise RefusedError(
             "Ascend container-share cannot be read: this allocator was started without a detection context",
         )
-    driver = ctx.mode_driver(CONTAINER_SHARE_NAME, CONTAINER_SHARE)
+    driver = ctx.seam(CONTAINER_SHARE_NAME, CONTAINER_SHARE)
     for granted in grant.accelerators:
         group = granted.group.model_copy(update={"accelerators": [granted.accelerator]})
         (state,) = driver.read(ctx.detect, [group])

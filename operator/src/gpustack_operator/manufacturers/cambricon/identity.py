@@ -1,7 +1,10 @@
 """Cambricon: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
 from gpustack_operator.manufacturers.base import Identity, PreflightTraits
-from gpustack_operator.manufacturers.respond import Family
+
+# The seam the sliced responder's sMLU profile/instance creation goes through: preflight has the instance
+# described (named, given the node the driver would give it) instead of made (RespondContext.seams).
+SMLU_SEAM = "cambricon-smlu-create"
 
 IDENTITY = Identity(
     name="cambricon",
@@ -21,6 +24,6 @@ IDENTITY = Identity(
         driver_row_mode="sliced",
         mode_driver="smlu",
         established=True,
-        no_seam={Family.SLICED: "the Cambricon responder creates an sMLU instance through the real CNDev"},
+        recorded_writes=SMLU_SEAM,
     ),
 )

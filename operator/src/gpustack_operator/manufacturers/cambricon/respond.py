@@ -27,13 +27,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import cast
 
 from gpustack_operator.host import HostPathError
 from gpustack_operator.host.libs import LibraryLoadError, find_library, load_library
 from gpustack_operator.manufacturers.base import ModeError
-from gpustack_operator.manufacturers.cambricon.cndev import CndevError, CnDevSmlu, MissingSymbolError, SmluInstance
+from gpustack_operator.manufacturers.cambricon.cndev import (
+    CndevError,
+    CnDevSmlu,
+    MissingSymbolError,
+    SmluInstance,
+    SmluProfile,
+)
 from gpustack_operator.manufacturers.cambricon.detect import LIBRARY, mlu_id
+from gpustack_operator.manufacturers.cambricon.identity import SMLU_SEAM
 from gpustack_operator.manufacturers.cambricon.modes import NO_API, SMLU
 from gpustack_operator.manufacturers.respond import (
     Code,
@@ -93,6 +101,50 @@ def instance_name(grant: Grant, granted: Granted) -> str:
     return f"gpustack-{digest[:24]}"
 
 
+class DescribedSmlu:
+    """Preflight's seam over CNDev (supplement §1.5 [repo]): every read is the real library's; a profile
+    or instance the responder would create is recorded and *described* -- named as asked, given the
+    node the driver gives an instance (``/dev/cambricon-caps/cap_dev<card>_mi<n>``) -- never made, so
+    the synthetic slice renders its injection and the card is unchanged."""
+
+    def __init__(self, cn: CnDevSmlu, record: Callable[[str, str], None]) -> None:
+        self._cn = cn
+        self._record = record
+        self._index: dict[int, int] = {}
+        self._made: dict[int, list[SmluInstance]] = {}
+        self._profiles = 0
+
+    def handle(self, index: int) -> int:
+        handle = self._cn.handle(index)
+        self._index[handle] = index
+        return handle
+
+    def uuid(self, handle: int) -> str:
+        return self._cn.uuid(handle)
+
+    def smlu_profiles(self, handle: int) -> list[SmluProfile]:
+        return self._cn.smlu_profiles(handle)
+
+    def smlu_instances(self, handle: int) -> list[SmluInstance]:
+        return [*self._cn.smlu_instances(handle), *self._made.get(handle, [])]
+
+    def create_smlu_profile(self, handle: int, cores: int, memory_bytes: int) -> int:
+        self._profiles += 1
+        self._record(f"cndevCreateSMluProfileInfo(card {self._index.get(handle, handle)})", f"{cores}% {memory_bytes}")
+        return 1000 + self._profiles
+
+    def create_smlu_instance(self, handle: int, profile: int, name: str) -> None:
+        index = self._index.get(handle, handle)
+        made = self._made.setdefault(handle, [])
+        n = len(self._cn.smlu_instances(handle)) + len(made) + 1
+        node = f"/dev/cambricon-caps/cap_dev{index}_mi{n}"
+        made.append(SmluInstance(profile_id=profile, instance_id=n, name=name, dev_node=node, uuid=f"described-{n}"))
+        self._record(f"cndevCreateSMluInstanceByProfileId(card {index})", f"profile {profile} name {name}")
+
+    def described(self, instance: SmluInstance) -> bool:
+        return any(instance in made for made in self._made.values())
+
+
 @contextlib.contextmanager
 def _cndev(ctx: RespondContext, what: str) -> Iterator[CnDevSmlu]:
     path = find_library(ctx.view, LIBRARY)
@@ -103,8 +155,9 @@ def _cndev(ctx: RespondContext, what: str) -> Iterator[CnDevSmlu]:
         cn.init()
     except (LibraryLoadError, CndevError) as exc:
         raise RefusedError(f"{what}: CNDev at {path} did not initialise: {exc}", code=Code.UNAVAILABLE) from None
+    record = ctx.seams.get(SMLU_SEAM)
     try:
-        yield cn
+        yield cast(CnDevSmlu, DescribedSmlu(cn, record)) if record is not None else cn
     finally:
         with contextlib.suppress(CndevError):
             cn.release()
@@ -117,14 +170,15 @@ def _no_api(what: str, exc: MissingSymbolError) -> RefusedError:
 def ensure_smlu(grant: Grant, ctx: RespondContext, injection: Injection) -> None:
     if ctx.detect is None:
         raise RefusedError("Cambricon sMLU mode cannot be read: this allocator was started without a detection context")
+    driver = ctx.seam(SMLU.mode, SMLU)
     for granted in grant.accelerators:
         group = granted.group.model_copy(update={"accelerators": [granted.accelerator]})
         try:
-            (state,) = SMLU.read(ctx.detect, [group])
+            (state,) = driver.read(ctx.detect, [group])
             if not state.declared:
                 raise RefusedError(f"Cambricon MLU {granted.id}: {state.detail}")
             if state.enabled is not True:
-                change = SMLU.set(ctx.detect, state, True)
+                change = driver.set(ctx.detect, state, True)
                 injection.log.append(f"cambricon: sMLU mode turned on for {granted.id} ({change.command})")
         except ModeError as exc:
             raise RefusedError(f"Cambricon MLU {granted.id}: {exc}") from None
@@ -188,7 +242,8 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
         for granted in grant.accelerators:
             instance, pid = _instance(cn, grant, granted, cores, budget.memory_mib)
             index = driver_index(granted)
-            if not instance.dev_node or not ctx.view.exists(instance.dev_node):
+            described = isinstance(cn, DescribedSmlu) and cn.described(instance)
+            if not instance.dev_node or not (described or ctx.view.exists(instance.dev_node)):
                 raise RefusedError(
                     f"Cambricon MLU {granted.id}: the sMLU instance's device node {instance.dev_node or '(none)'} "
                     "does not exist on this node"

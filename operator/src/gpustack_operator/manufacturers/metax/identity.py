@@ -1,7 +1,10 @@
 """MetaX: who the manufacturer is (defaults; every value overridable, supplement §4.4)."""
 
 from gpustack_operator.manufacturers.base import Identity, PreflightTraits
-from gpustack_operator.manufacturers.respond import Family
+
+# The seam through which the sliced responder's sGPU control writes go (``create``, ``sched_class``):
+# preflight records them instead of making them (RespondContext.seams).
+SYSFS_SEAM = "metax-sgpu-write"
 
 IDENTITY = Identity(
     name="metax",
@@ -18,6 +21,6 @@ IDENTITY = Identity(
         driver_row="sgpu-mode",
         driver_row_mode="sliced",
         mode_driver="sgpu",
-        no_seam={Family.SLICED: "the MetaX responder creates an sGPU subdevice in the real sysfs registry"},
+        recorded_writes=SYSFS_SEAM,
     ),
 )

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gpustack_operator.host import HostPathError
 from gpustack_operator.manufacturers.base import ModeError
 from gpustack_operator.manufacturers.metax.detect import drm_indexes
+from gpustack_operator.manufacturers.metax.identity import SYSFS_SEAM
 from gpustack_operator.manufacturers.metax.modes import (
     parse_sched_class,
     parse_subdevices,
@@ -151,6 +152,10 @@ def neighbour_indexes(ctx: RespondContext, own: str, bus_id: str) -> set[int]:
 
 def write_sysfs(ctx: RespondContext, path: str, text: str) -> None:
     """A sysfs control write: in place (a sysfs attribute cannot be replaced by a rename)."""
+    recorder = ctx.seams.get(SYSFS_SEAM)
+    if recorder is not None:
+        recorder(path, text)
+        return
     try:
         with open(ctx.view.path(path), "w", encoding="ascii") as fh:
             fh.write(text)
