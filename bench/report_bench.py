@@ -4,7 +4,8 @@ Prints numbers, asserts nothing. The fleet is generated from real preflight docu
 own preflight over each node shape of examples/simulated-fleet (the fixture hosts), registered as the
 ``preflight`` module registers them, then repeated round-robin to ``--hosts`` hosts (every 97th host
 unreachable, every 331st with a failed task, every 23rd expecting one accelerator more than it has,
-every 7th expecting exactly what it has). For each size:
+every 7th expecting exactly what it has); each shape preflighted (a dry run) on a copy of its fixture,
+with its capability rows (questions 2 and 3) or, ``--no-capabilities``, without. For each size:
 
 - the fleet report (the collection's ``plugins/module_utils/fleet_report.py``, standard library only):
   build, YAML, HTML and JUnit times and sizes. Targets at 1,000 hosts: HTML <= 1 MB;
@@ -74,14 +75,21 @@ document.body.appendChild(gpaProbe);
 </script>"""
 
 
-def fixture_results() -> list[tuple[str, dict[str, Any]]]:
-    """(fixture host, registered result) for each node shape of the simulated fleet."""
+def fixture_results(capabilities: bool | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(fixture host, registered result) for each node shape of the simulated fleet, each preflighted
+    (a dry run) on a copy of its fixture -- never the tracked tree: a pass answering the capability
+    questions drives the vendor stand-ins, which rewrite their state. ``capabilities``: with or
+    without the capability rows (``None``: the package's default)."""
     logging.disable(logging.WARNING)  # the fixture nodes' own warnings (no /sys/class/net, ...)
-    with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
-        return _fixture_results()
+    with (
+        open(os.devnull, "w") as quiet,
+        contextlib.redirect_stderr(quiet),
+        tempfile.TemporaryDirectory(prefix="gpa-report-bench-hosts-") as copies,
+    ):
+        return _fixture_results(Path(copies), capabilities)
 
 
-def _fixture_results() -> list[tuple[str, dict[str, Any]]]:
+def _fixture_results(copies: Path, capabilities: bool | None) -> list[tuple[str, dict[str, Any]]]:
 
     inventory = yaml.safe_load(FLEET.read_text())
     shapes: list[tuple[str, list[str] | None]] = []
@@ -89,9 +97,12 @@ def _fixture_results() -> list[tuple[str, dict[str, Any]]]:
         for spec in group["hosts"].values():
             shapes.append((spec["gpustack_host_root"].rsplit("/", 1)[-1], spec.get("gpustack_manufacturers")))
     out = []
+    choice: dict[str, bool] = {} if capabilities is None else {"capabilities": capabilities}
     for name, manufacturers in shapes:
-        root = str(HOSTS / name)
-        report = api.run_preflight(api.make_request(root, manufacturers), host_root=root)
+        root = str(copies / name)
+        if not os.path.exists(root):
+            shutil.copytree(HOSTS / name, root, symlinks=True)
+        report = api.run_preflight(api.make_request(root, manufacturers), dry_run=True, host_root=root, **choice)
         failures = report.failures()
         result: dict[str, Any] = {
             "changed": False,
@@ -228,11 +239,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement (median; default 3)")
     parser.add_argument("--keep", type=Path, help="write the reports (and screenshots) here instead of a temp dir")
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium measurements")
+    parser.add_argument(
+        "--capabilities",
+        action=argparse.BooleanOptionalAction,
+        help="preflight the node shapes with (or without) their capability rows (default: the package's default)",
+    )
     args = parser.parse_args(argv)
     sizes = args.hosts or [300, 1000]
     start = time.perf_counter()
-    shapes = fixture_results()
-    print(f"== {len(shapes)} node shapes preflighted from the fixture hosts in {time.perf_counter() - start:.1f} s")
+    shapes = fixture_results(args.capabilities)
+    rows = sum(len(g.get("checks") or []) for _, r in shapes for g in r["report"]["accelerators"])
+    print(
+        f"== {len(shapes)} node shapes preflighted from the fixture hosts in {time.perf_counter() - start:.1f} s"
+        f" ({rows} capability rows)"
+    )
     with contextlib.ExitStack() as stack:
         work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpa-report-bench-")))
         work.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,16 @@ what it reads, so a malformed registered report is named as such.
 Output, under one directory, for one timestamp:
 
 - ``preflight-<stamp>.yaml``: the summary, the causes (identical reasons grouped across hosts), the
-  fleet totals by model, and per host (worst first) its status, one-line reason, expected inventory
-  and differences, and the whole preflight document it registered;
+  fleet totals by model, the capability totals (``capabilities``: per manufacturer x capability, the
+  hosts ok / unavailable / not-declared / not answered), and per host (worst first) its status,
+  one-line reason, expected inventory and differences, its capability summary and the whole
+  preflight document it registered;
 - ``.html``: one self-contained page, no JavaScript (filters are radio buttons and CSS);
 - ``.junit.xml``: one testcase per host.
+
+The capability rows (each group's ``checks``) are read row by row (:func:`read_row`): a row that is
+not a preflight row is a malformed row, reported beside the others and counted unavailable, never a
+failure of the whole report.
 """
 
 import html
@@ -37,6 +43,30 @@ except ImportError:  # the report is still written, as JSON (a YAML document)
 STATUSES = ("failed", "unreachable", "unavailable", "mismatch", "ok")
 RANK = {status: index for index, status in enumerate(STATUSES)}
 STATES = ("ok", "unavailable", "not-declared")
+DEPTHS = ("declared", "simulated", "measured")  # shallowest first: the deepest a capability reached wins
+# the capability rows in the order the tables list them (the driver-read rows, the sliced and
+# visibility rows, Ascend A5's, then the rows any manufacturer may carry); others follow, by name
+CAPABILITIES = (
+    "mig-partitioning",
+    "container-share",
+    "cu-mask-topology",
+    "smlu-mode",
+    "sgpu-mode",
+    "sliced-runtime-loaded",
+    "sliced-quota-in-force",
+    "sidecar-visibility",
+    "co-tenancy",
+    "ascend-docker-runtime",
+    "hccl-ranktable",
+    "stale-container-sweep",
+    "preflight-panicked",
+)
+CAPABILITY_RANK = {name: index for index, name in enumerate(CAPABILITIES)}
+UNREADABLE = "(unreadable)"  # the capability of a row whose capability cannot be read
+# a fleet total's host states: the rows' three, and a host whose group carries no row at all
+HOST_STATES = (*STATES, "not-answered")
+NOT_ANSWERED = "this document carries no capability row for this manufacturer"
+CAUSE_CAPABILITIES = 3  # capabilities named in a cause's title; the rest are counted
 NAMES = {
     "amd": "AMD",
     "ascend": "Ascend",
@@ -59,6 +89,14 @@ UNMEASURED_PREFIX = (
 )
 # (pattern over a reason, short title), first match wins: the words an operator acts on
 TITLES = [
+    # a capability row's words (first: they may quote a runtime's own "timed out" or "killed by SIG")
+    (re.compile(r"^malformed row: "), "malformed row"),
+    (re.compile(r"stale-container sweep could not be completed"), "stale preflight containers not cleared"),
+    (re.compile(r"preflight panicked and was contained"), "preflight panicked"),
+    (re.compile(r"slicing library \S+ is not staged"), "slicing library not staged"),
+    (re.compile(r"device node \S+ does not exist"), "device node missing"),
+    (re.compile(r"offers no driver seam"), "not simulated: no driver seam"),
+    (re.compile(r"--dry-run withholds"), "not asked under --dry-run"),
     (
         re.compile(r"killed by SIG|detect pass (?:exited with status|ended without answering|did not answer)"),
         "vendor library crashed",
@@ -86,6 +124,7 @@ _PCI = re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 _UUID = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 _PATH = re.compile(r"(?<![\w.~/-])/[^\s:;,()'\"]+")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_SUFFIX = re.compile(r"(?<=[A-Za-z]-)\d+(?![\w.])")  # preflight-0, preflight-1: one name each
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)*(?![\w])")
 _ELLIPSES = re.compile(r"…(?:(?:, | )…)+")
 _SPACE = re.compile(r"\s+")
@@ -187,12 +226,9 @@ def check_report(report):
             _str(hostview.get("command"), where + ".detection.host.command")
             _count(hostview.get("accelerators"), where + ".detection.host.accelerators")
             _str(hostview.get("reason"), where + ".detection.host.reason")
-        for j, check in enumerate(_list(group.get("checks"), where + ".checks")):
-            cwhere = "%s.checks[%d]" % (where, j)
-            _mapping(check, cwhere, optional=False)
-            _state(check.get("state"), cwhere + ".state")
-            for key in ("accelerator", "capability", "mode", "reason", "detail"):
-                _str(check.get(key), "%s.%s" % (cwhere, key))
+            _list(hostview.get("missingMounts"), where + ".detection.host.missingMounts")
+        # the capability rows are read one by one (group_rows): a malformed row is reported as such,
+        # beside the others, rather than costing the whole host its report
         _str(group.get("note"), where + ".note")
     network = _mapping(report.get("network"), "report.network")
     if network is not None:
@@ -209,19 +245,111 @@ def check_report(report):
     return report
 
 
-def failures(report):
-    """Every unavailable accelerator answer, in words (the preflight module's ``failures``)."""
+def _brief(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def read_row(check, index=None):
+    """One capability row (``checks[index]``) as the report reads it: ``accelerator``, ``capability``,
+    ``mode``, ``state``, ``depth``, ``detail``, ``reason``, ``command``, ``index`` and ``problem``.
+
+    A row that is not a preflight row -- not a mapping, no accelerator or capability, a state other
+    than ok / unavailable / not-declared, a depth other than declared / simulated / measured, a text
+    that is not a string -- has state ``malformed``, ``problem`` saying what is wrong and reason
+    ``malformed row: <problem>``; it counts as unavailable (the report cannot tell it is not). A
+    missing mode or depth is the preflight's default (``unnamed``, ``declared``)."""
+    row = {
+        "index": index,
+        "accelerator": None,
+        "capability": UNREADABLE,
+        "mode": "unnamed",
+        "state": "malformed",
+        "depth": None,
+        "detail": None,
+        "reason": None,
+        "command": None,
+        "problem": None,
+    }
+    problems = []
+    if not isinstance(check, dict):
+        problems.append("it is %s, not a mapping" % _kind(check))
+    else:
+        for key in ("accelerator", "capability"):
+            value = check.get(key)
+            if isinstance(value, str) and value.strip():
+                row[key] = value
+            else:
+                problems.append(
+                    "its %s is %s" % (key, "missing" if value is None else "empty" if value == "" else _kind(value))
+                )
+        mode = check.get("mode")
+        if mode is None or (isinstance(mode, str) and mode.strip()):
+            row["mode"] = mode or "unnamed"
+        else:
+            problems.append("its mode is %s, not a name" % _kind(mode))
+        depth = check.get("depth")
+        if depth is None or depth in DEPTHS:
+            row["depth"] = depth or "declared"
+        else:
+            problems.append("its depth is %s, not one of %s" % (_brief(depth), ", ".join(DEPTHS)))
+        for key in ("detail", "reason", "command"):
+            value = check.get(key)
+            if value is None or isinstance(value, str):
+                row[key] = value
+            else:
+                problems.append("its %s is %s, not a string" % (key, _kind(value)))
+        state = check.get("state")
+        if isinstance(state, str) and state in STATES:
+            if not problems:
+                row["state"] = state
+        else:
+            problems.append(
+                "its state is %s, not one of %s" % ("missing" if state is None else _brief(state), ", ".join(STATES))
+            )
+    if problems:
+        row["problem"] = "; ".join(problems)
+        row["reason"] = "malformed row: " + row["problem"]
+    return row
+
+
+def group_rows(group):
+    """The group's capability rows (``checks``), each read by :func:`read_row`; ``checks`` that is not
+    a list is one malformed row saying so."""
+    checks = group.get("checks")
+    if checks is None:
+        return []
+    if not isinstance(checks, list):
+        row = read_row({}, None)
+        row["problem"] = "checks is %s, not a list" % _kind(checks)
+        row["reason"] = "malformed row: " + row["problem"]
+        return [row]
+    return [read_row(check, index) for index, check in enumerate(checks)]
+
+
+def failing(row):
+    """An unavailable row, or one the report cannot read (which it cannot count as ok)."""
+    return row["state"] in ("unavailable", "malformed")
+
+
+def _row_failure(manufacturer, row):
+    if row["state"] == "malformed":
+        where = "checks" if row["index"] is None else "checks[%d]" % row["index"]
+        return "%s: malformed capability row %s: %s" % (manufacturer, where, row["problem"])
+    return "%s: %s on %s: %s" % (manufacturer, row["capability"], row["accelerator"], row["reason"])
+
+
+def failures(report, rows=None):
+    """Every unavailable accelerator answer, in words (the preflight module's ``failures``), and every
+    capability row the report cannot read. ``rows``: the groups' rows, when already read."""
     out = []
-    for group in report.get("accelerators") or []:
+    for i, group in enumerate(report.get("accelerators") or []):
         detection = group["detection"]
         if detection["state"] == "unavailable":
             out.append("%s: detection: %s" % (group["manufacturer"], detection.get("reason")))
-        for check in group.get("checks") or []:
-            if check["state"] == "unavailable":
-                out.append(
-                    "%s: %s on %s: %s"
-                    % (group["manufacturer"], check.get("capability"), check.get("accelerator"), check.get("reason"))
-                )
+        for row in rows[i] if rows is not None else group_rows(group):
+            if failing(row):
+                out.append(_row_failure(group["manufacturer"], row))
     return out
 
 
@@ -340,9 +468,26 @@ def normalise(text, host=None):
     out = _UUID.sub("…", out)
     out = _PATH.sub("…", out)
     out = _HEX.sub("…", out)
+    out = _SUFFIX.sub("N", out)
     out = _NUMBER.sub(lambda m: m.group(0) if m.group(0) == "0" else "N", out)
     out = _ELLIPSES.sub("…", out)
     return _SPACE.sub(" ", out).strip()
+
+
+_MEMO = {}
+_MEMO_SIZE = 4096
+
+
+def _memo(kind, text, host):
+    """``normalise(text, host)`` (kind ``n``) or ``normalise(headline(text), host)`` (kind ``h``),
+    remembered: the same words come back on every accelerator of a host."""
+    key = (kind, text, host if host and host in text else None)  # most words never name their host
+    found = _MEMO.get(key)
+    if found is None:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        found = _MEMO[key] = normalise(headline(text) if kind == "h" else text, host)
+    return found
 
 
 def headline(reason):
@@ -374,9 +519,22 @@ def _who(manufacturers):
     return ", ".join(NAMES.get(m, m) for m in manufacturers)
 
 
+def capability_order(name):
+    """The tables' order of capabilities: :data:`CAPABILITIES`, then the others by name."""
+    return (CAPABILITY_RANK.get(name, len(CAPABILITIES)), name)
+
+
+def _capabilities_text(capabilities):
+    if len(capabilities) <= CAUSE_CAPABILITIES:
+        return ", ".join(capabilities)
+    shown = ", ".join(capabilities[: CAUSE_CAPABILITIES - 1])
+    return "%s and %d more" % (shown, len(capabilities) - CAUSE_CAPABILITIES + 1)
+
+
 def host_causes(entry):
-    """The host's causes: ``{key, status, title, text, example, manufacturers}``; answers of several
-    manufacturers that read the same once normalised are one cause."""
+    """The host's causes: ``{key, status, title, text, example, manufacturers, capabilities}``;
+    answers of several manufacturers that read the same once normalised are one cause, and so are
+    capability rows of several capabilities (titled ``<manufacturer> <capabilities>: <title>``)."""
     host, status = entry["host"], entry["status"]
     if status in ("failed", "unreachable"):
         message = entry.get("message") or status
@@ -390,33 +548,40 @@ def host_causes(entry):
                 "text": text,
                 "example": first,
                 "manufacturers": [],
+                "capabilities": [],
             }
         ]
     found = {}
-    for group in (entry.get("report") or {}).get("accelerators") or []:
-        answers = [("detection", group["detection"].get("reason"), group["detection"]["state"])]
-        answers += [
-            ("%s on %s" % (c.get("capability"), c.get("accelerator")), c.get("reason"), c["state"])
-            for c in group.get("checks") or []
-        ]
-        for _question, reason, state in answers:
-            if state != "unavailable":
-                continue
+    groups = (entry.get("report") or {}).get("accelerators") or []
+    for group, rows in zip(groups, entry.get("rows") or [[]] * len(groups)):  # rows: read only
+        # the detection answer, then each capability row that is unavailable (or cannot be read): the
+        # first cause of a host whose detection is ok names its first unavailable capability
+        answers = []
+        if group["detection"]["state"] == "unavailable":
+            answers.append((None, group["detection"].get("reason") or ""))
+        answers += [(row["capability"], row["reason"] or "no reason given") for row in rows if failing(row)]
+        for capability, reason in dict.fromkeys(answers):  # eight accelerators refused alike: once
             first = headline(reason)
-            text = normalise(first, host)
+            text = _memo("h", reason, host)
             title = title_of(reason, "unavailable")
-            key = (title, text)
+            key = (capability is not None, title, text)
             if key not in found:
-                found[key] = {"title": title, "text": text, "example": first, "manufacturers": []}
+                found[key] = {"title": title, "text": text, "example": first, "manufacturers": [], "capabilities": []}
             if group["manufacturer"] not in found[key]["manufacturers"]:
                 found[key]["manufacturers"].append(group["manufacturer"])
+            if capability is not None and capability not in found[key]["capabilities"]:
+                found[key]["capabilities"].append(capability)
     causes = []
-    for (title, text), cause in found.items():
+    for (_row, title, text), cause in found.items():
         who = _who(cause["manufacturers"])
+        capabilities = sorted(cause["capabilities"], key=capability_order)
+        if capabilities:
+            who = "%s %s" % (who, _capabilities_text(capabilities))
         causes.append(
             dict(
                 cause,
-                key=("unavailable", tuple(cause["manufacturers"]), title, text),
+                capabilities=capabilities,
+                key=("unavailable", tuple(cause["manufacturers"]), tuple(capabilities), title, text),
                 status="unavailable",
                 title="%s: %s" % (who, title) if who else title,
             )
@@ -439,6 +604,7 @@ def host_causes(entry):
                     "text": MISMATCH_TEXT[kind],
                     "example": diff["text"],
                     "manufacturers": [diff["manufacturer"]] if diff["manufacturer"] else [],
+                    "capabilities": [],
                 }
             )
     merged = {}  # two manufacturers short on one host: one cause, one host
@@ -458,6 +624,71 @@ def one_line(entry):
     if entry["status"] == "unavailable":
         parts += [d["text"] for d in entry["differences"]]
     return "; ".join(parts) or entry["status"]
+
+
+def host_capabilities(entry):
+    """The host's capability rows summarised, by manufacturer: ``{answered: true, capabilities: {name:
+    {state, accelerators: {ok, unavailable, not-declared[, malformed]}, depth, modes[, reasons]}}}``.
+
+    A capability's ``state`` is the host's: ``unavailable`` when any accelerator's row is (or cannot
+    be read), else ``ok`` when any is ok, else ``not-declared``; ``depth`` the deepest its rows reached;
+    ``reasons`` the distinct reasons of its failing rows, what is particular to the host taken out.
+    A manufacturer whose group carries no row although it has accelerators (its detection failed, or
+    a document from before the rows) is ``{answered: false, note}``: it is ok for no capability."""
+    out = {}
+    host = entry["host"]
+    groups = (entry.get("report") or {}).get("accelerators") or []
+    for group, rows in zip(groups, entry.get("rows") or []):
+        name = group["manufacturer"]
+        detection = group["detection"]
+        if not rows:
+            if detection["state"] != "not-declared" and name not in out:
+                out[name] = {
+                    "answered": False,
+                    "note": group.get("note") or detection.get("reason") or NOT_ANSWERED,
+                }
+            continue
+        mine = out.get(name)
+        if mine is None or not mine["answered"]:
+            mine = out[name] = {"answered": True, "capabilities": {}}
+        for row in rows:
+            cap = mine["capabilities"].get(row["capability"])
+            if cap is None:
+                cap = mine["capabilities"][row["capability"]] = {
+                    "state": None,
+                    "accelerators": dict.fromkeys(STATES, 0),
+                    "depth": None,
+                    "modes": [],
+                    "reasons": [],
+                }
+            counts = cap["accelerators"]
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+            if row["state"] != "malformed":  # not an answer: neither its depth nor its mode counts
+                if cap["depth"] is None or DEPTHS.index(row["depth"]) > DEPTHS.index(cap["depth"]):
+                    cap["depth"] = row["depth"]
+                if row["mode"] not in cap["modes"]:
+                    cap["modes"].append(row["mode"])
+            if failing(row):
+                text = _memo("h", row["reason"] or "no reason given", host)
+                if text not in cap["reasons"]:
+                    cap["reasons"].append(text)
+    for summary in out.values():
+        if not summary["answered"]:
+            continue
+        ordered = {}
+        for name in sorted(summary["capabilities"], key=capability_order):
+            cap = summary["capabilities"][name]
+            counts = cap["accelerators"]
+            if counts["unavailable"] or counts.get("malformed"):
+                cap["state"] = "unavailable"
+            else:
+                cap["state"] = "ok" if counts["ok"] else "not-declared"
+            cap["modes"].sort()
+            if not cap["reasons"]:
+                del cap["reasons"]
+            ordered[name] = cap
+        summary["capabilities"] = ordered
+    return out
 
 
 def classify(host, result, expect=None):
@@ -494,13 +725,17 @@ def classify(host, result, expect=None):
             check_report(report)
         except MalformedReportError as exc:
             raise MalformedReportError("%s: %s" % (host, exc)) from None
-        failed = failures(report)
+        rows = [group_rows(group) for group in report.get("accelerators") or []]
+        failed = failures(report, rows)
         entry = {
             "host": host,
             "status": "unavailable" if failed else "ok",
             "message": (result.get("msg") or "preflight: " + "; ".join(failed)) if failed else None,
             "report": report,
+            "rows": rows,
         }
+    entry.setdefault("rows", [])
+    entry["capabilities"] = host_capabilities(entry)
     entry["inventory"] = inventory(entry["report"])
     expected, problem = check_expect(expect)
     entry["expected"] = expected
@@ -605,15 +840,89 @@ def build(results, expect=None, now=None):
         model["id"] = "d%d" % (index + 1)
         for entry in model.pop("_members"):
             entry["modelIds"].append(model["id"])
+    capabilities = fleet_capabilities(entries)
+    classes = {}
+    for index, item in enumerate(capabilities["totals"]):
+        item["id"] = "k%d" % (index + 1)
+        for state, hosts in item["hosts"].items():
+            for host in hosts:
+                classes.setdefault(host, []).append(item["id"] + STATE_LETTERS[state])
+    for entry in entries:
+        entry["capabilityIds"] = classes.get(entry["host"], [])
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "generated": stamp,
         "summary": summary,
         "causes": ordered,
         "models": model_list,
+        "capabilities": capabilities,
         "notes": notes(entries),
         "hosts": entries,
     }
+
+
+STATE_LETTERS = {"ok": "o", "unavailable": "u", "not-declared": "n", "not-answered": "a"}
+
+
+def fleet_capabilities(entries):
+    """The fleet's capability totals: ``totals``, one per manufacturer x capability any host answered
+    (``manufacturer``, ``capability``, ``modes``, ``depth``: the deepest any host reached, ``counts``
+    and ``hosts`` by host state -- ok, unavailable, not-declared, and not-answered: the hosts of that
+    manufacturer whose group carries no row --, ``reasons``: ``{text, hosts}`` of the unavailable
+    rows); and ``notAnswered``: ``{manufacturer, note, hosts}`` per manufacturer and note."""
+    totals, missing, notes_by = {}, {}, {}
+    for entry in entries:
+        host = entry["host"]
+        for name, summary in entry["capabilities"].items():
+            if not summary["answered"]:
+                missing.setdefault(name, []).append(host)
+                key = (name, normalise(summary["note"], host))
+                note = notes_by.get(key)
+                if note is None:
+                    note = notes_by[key] = {"manufacturer": name, "note": key[1], "hosts": [], "_raw": set()}
+                note["hosts"].append(host)
+                note["_raw"].add(summary["note"])
+                continue
+            for capability, cap in summary["capabilities"].items():
+                item = totals.get((name, capability))
+                if item is None:
+                    item = totals[(name, capability)] = {
+                        "manufacturer": name,
+                        "capability": capability,
+                        "modes": [],
+                        "depth": None,
+                        "counts": None,
+                        "hosts": {state: [] for state in HOST_STATES},
+                        "_reasons": {},
+                    }
+                item["hosts"][cap["state"]].append(host)
+                item["modes"] += [m for m in cap["modes"] if m not in item["modes"]]
+                if cap["depth"] and (item["depth"] is None or DEPTHS.index(cap["depth"]) > DEPTHS.index(item["depth"])):
+                    item["depth"] = cap["depth"]
+                for text in cap.get("reasons") or ():
+                    item["_reasons"].setdefault(text, []).append(host)
+    out = []
+    for key in sorted(totals, key=lambda k: (k[0], capability_order(k[1]))):
+        item = totals[key]
+        item["hosts"]["not-answered"] = list(missing.get(key[0], []))
+        for hosts in item["hosts"].values():
+            hosts.sort(key=_natural)
+        item["counts"] = {state: len(item["hosts"][state]) for state in HOST_STATES}
+        item["modes"].sort()
+        reasons = item.pop("_reasons")
+        item["reasons"] = [
+            {"text": text, "hosts": sorted(hosts, key=_natural)}
+            for text, hosts in sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        ]
+        out.append(item)
+    not_answered = []
+    for note in sorted(notes_by.values(), key=lambda n: (n["manufacturer"], -len(n["hosts"]), n["note"])):
+        raw = note.pop("_raw")
+        if len(raw) == 1:  # the same words on every host: shown as they are
+            note["note"] = raw.pop()
+        note["hosts"].sort(key=_natural)
+        not_answered.append(note)
+    return {"totals": out, "notAnswered": not_answered}
 
 
 def notes(entries):
@@ -681,20 +990,35 @@ def console_lines(report):
 # --- YAML ------------------------------------------------------------------------------------------
 
 
+def cause_document(cause):
+    """A cause as the YAML and the module return it (``capabilities`` when its rows name some)."""
+    out = {"title": cause["title"], "status": cause["status"], "text": cause["text"], "hosts": list(cause["hosts"])}
+    if cause.get("capabilities"):
+        out["capabilities"] = list(cause["capabilities"])
+    return out
+
+
+def capabilities_document(capabilities):
+    """The fleet's capability totals as the YAML and the module return them."""
+    keys = ("manufacturer", "capability", "modes", "depth", "counts", "hosts", "reasons")
+    return {
+        "totals": [{k: item[k] for k in keys} for item in capabilities["totals"]],
+        "notAnswered": [dict(note) for note in capabilities["notAnswered"]],
+    }
+
+
 def document(report):
-    """The YAML document: summary, causes, models, notes, then every host (worst first) with its
-    whole registered preflight document under ``report``."""
+    """The YAML document: summary, causes, models, capabilities, notes, then every host (worst first)
+    with its capability summary and its whole registered preflight document under ``report``."""
     doc = {
         "generated": report["generated"],
         "summary": dict(report["summary"]),
-        "causes": [
-            {"title": c["title"], "status": c["status"], "text": c["text"], "hosts": list(c["hosts"])}
-            for c in report["causes"]
-        ],
+        "causes": [cause_document(c) for c in report["causes"]],
         "models": [
             {k: m[k] for k in ("model", "manufacturer", "hosts", "accelerators", "driverVersions", "runtimeVersions")}
             for m in report["models"]
         ],
+        "capabilities": capabilities_document(report["capabilities"]),
         "notes": [
             {k: n[k] for k in ("kind", "text", "hosts", "manufacturers") if n[k] or k == "hosts"}
             for n in report["notes"]
@@ -715,6 +1039,8 @@ def document(report):
             item["expected"] = entry["expected"]
         if entry["differences"]:
             item["differences"] = [d["text"] for d in entry["differences"]]
+        if entry["capabilities"]:
+            item["capabilities"] = entry["capabilities"]
         if entry["report"] is not None:
             item["report"] = entry["report"]
         doc["hosts"][entry["host"]] = item
@@ -788,6 +1114,13 @@ nav.filters label{margin-right:.4rem;text-decoration:underline dotted}
 #shown{position:sticky;bottom:0;background:#fff;margin:0;padding:.3rem 0;border-top:1px solid #c8ccd0}
 #shown .n::before{content:counter(shown)}
 #notes ul{padding-left:1.2rem}#notes li{margin:.2rem 0}
+#capabilities{margin:.5rem 0 .2rem}#capabilities>summary{cursor:pointer}
+#capabilities h2{display:inline;margin:0}#capabilities table{width:100%%}
+#capabilities td,#capabilities th{padding:.1rem .45rem;white-space:nowrap}
+#capabilities .num{text-align:right}#capabilities td.why{white-space:normal;min-width:28em}
+#capabilities label{text-decoration:underline dotted;font-weight:600}
+#capabilities p.na{margin:.4rem 0 0}#capabilities ul{margin:.1rem 0;padding-left:1.2rem}
+#hosts td.why ul.caps{font-size:.93em}#hosts ul.caps i{color:#5a6470}
 """
     % COLOURS
 )
@@ -795,6 +1128,12 @@ nav.filters label{margin-right:.4rem;text-decoration:underline dotted}
 
 def _anchor(prefix, text):
     return prefix + _ANCHOR.sub("-", text)
+
+
+def _ident(name):
+    """A manufacturer's name as an id or class: a document from a host may name one this report does
+    not know, in any characters; only ``[A-Za-z0-9_-]`` reach the page's markup and CSS."""
+    return _ANCHOR.sub("-", name)
 
 
 def _versions_text(counter):
@@ -905,24 +1244,240 @@ def _details(entry):
                 items.append(
                     "<li>%s host's own CLI <code>%s</code>: %s</li>" % (name, e(host.get("command") or ""), seen)
                 )
-        for check in group.get("checks") or []:
-            if check["state"] == "unavailable":
-                items.append(
-                    "<li><b>%s</b> %s (%s) on <code>%s</code>: %s</li>"
-                    % (
-                        name,
-                        e(check.get("capability") or ""),
-                        e(check.get("mode") or ""),
-                        e(check.get("accelerator") or ""),
-                        e(check.get("reason") or ""),
-                    )
-                )
+        summary = entry["capabilities"].get(group["manufacturer"])
+        if summary and not summary["answered"] and d["state"] == "ok":  # a failed detection says why itself
+            items.append("<li><b>%s</b> capabilities not answered: %s</li>" % (name, e(summary["note"])))
     for diff in entry["differences"]:
         items.append('<li class="short">%s</li>' % e(diff["text"]))
     network = _network_text(entry)
     if network:
         items.append("<li>%s</li>" % network)
-    return "<ul>%s</ul>" % "".join(items)
+    return ("<ul>%s</ul>" % "".join(items) if items else "") + _rows_html(entry)
+
+
+_LINE_ORDER = {"malformed": 0, "unavailable": 1, "ok": 2, "not-declared": 3}
+_STATE_CLASS = {"malformed": "short", "unavailable": "short", "ok": "met", "not-declared": "muted"}
+
+
+def row_lines(entry):
+    """The host's capability rows for the page, grouped: one line per manufacturer, modes, state,
+    depth, words, command and set of accelerators, the capabilities that share them together (eight
+    accelerators answering alike are one line; four capabilities refused for one reason, one line;
+    one capability answering alike in four modes, one line)."""
+    host = entry["host"]
+    groups = (entry.get("report") or {}).get("accelerators") or []
+    lines = []
+    for group, rows in zip(groups, entry.get("rows") or []):
+        if not rows:
+            continue
+        everyone = {row["accelerator"] for row in rows if row["accelerator"]}
+        by = {}
+        for row in rows:
+            text = "; ".join(t for t in (row["detail"], row["reason"]) if t)
+            command = row["command"] or ""
+            key = (
+                row["capability"],
+                row["mode"],
+                row["state"],
+                row["depth"],
+                _memo("n", text, host),
+                _memo("n", command, host) if command else "",
+            )
+            found = by.get(key)
+            if found is None:
+                found = by[key] = {"accelerators": [], "texts": set(), "commands": set()}
+            if row["accelerator"] and row["accelerator"] not in found["accelerators"]:
+                found["accelerators"].append(row["accelerator"])
+            found["texts"].add(text)
+            found["commands"].add(command)
+        # one capability answering alike in several modes is one line with its modes, then
+        # capabilities answering alike in the same modes are one line
+        modes = {}
+        for (capability, mode, state, depth, text, command), found in by.items():
+            # one host's words as they are, unless its accelerators' differ (then what they share)
+            text = next(iter(found["texts"])) if len(found["texts"]) == 1 else text
+            command = next(iter(found["commands"])) if len(found["commands"]) == 1 else command
+            key = (capability, state, depth, text, command, tuple(sorted(found["accelerators"])))
+            modes.setdefault(key, []).append(mode)
+        merged = {}
+        for (capability, state, depth, text, command, accelerators), names in modes.items():
+            key = (tuple(sorted(names)), state, depth, text, command, accelerators)
+            line = merged.get(key)
+            if line is None:
+                line = merged[key] = {
+                    "manufacturer": group["manufacturer"],
+                    "capabilities": [],
+                    "modes": list(key[0]),
+                    "state": state,
+                    "depth": depth,
+                    "text": text,
+                    "command": command,
+                    "accelerators": list(accelerators),
+                    "of": len(everyone),
+                }
+            line["capabilities"].append(capability)
+        for line in merged.values():
+            line["capabilities"].sort(key=capability_order)
+        lines += sorted(
+            merged.values(), key=lambda ln: (_LINE_ORDER[ln["state"]], capability_order(ln["capabilities"][0]))
+        )
+    return lines
+
+
+def _rows_html(entry, lines=None):
+    """The host's capability rows, grouped (:func:`row_lines`): capabilities, mode, state, depth,
+    accelerators, words, and the command a row ran or emitted."""
+    e = html.escape
+    lines = row_lines(entry) if lines is None else lines
+    if not lines:
+        return ""
+    several = len({line["manufacturer"] for line in lines}) > 1
+    above = {cause["example"] for cause in entry["causes"]}  # the host's one line, just above
+    items = []
+    for line in lines:
+        n = len(line["accelerators"])
+        if n > 1 and n == line["of"]:
+            which = "all %d" % n
+        elif n == line["of"] == 1 or not n:
+            which = e(", ".join(map(_short_id, line["accelerators"])))
+        else:
+            which = "%d of %d: %s" % (n, line["of"], e(", ".join(map(_short_id, line["accelerators"]))))
+        text = line["text"]
+        if line["state"] in ("unavailable", "malformed") and text:
+            first = headline(text)
+            if first in above and text.startswith(first):
+                text = ("reason above" + text[len(first) :]).rstrip()
+        items.append(
+            '<li>%s%s <i>%s</i> <span class="%s">%s</span> <span class="muted">%s%s</span>%s%s</li>'
+            % (
+                "<b>%s</b> " % e(NAMES.get(line["manufacturer"], line["manufacturer"])) if several else "",
+                e(", ".join(line["capabilities"])),
+                e(", ".join(line["modes"])),
+                _STATE_CLASS[line["state"]],
+                line["state"],
+                e(line["depth"] or "?"),
+                " · " + which if which else "",
+                ": " + e(text) if text else "",
+                " <code>%s</code>" % e(line["command"]) if line["command"] else "",
+            )
+        )
+    return '<ul class="caps">%s</ul>' % "".join(items)
+
+
+SHORT_ID = 13  # characters of an accelerator id on the page (the YAML has each in full)
+
+
+def _short_id(text):
+    return text if len(text) <= SHORT_ID + 1 else text[:SHORT_ID] + "…"
+
+
+def _ok_why(entry):
+    """An ok host's last cell: its RDMA links and, behind them, its capability rows (or that its
+    capabilities were not answered)."""
+    e = html.escape
+    network = _network_text(entry)
+    answered, missing = [], []
+    for name, summary in entry["capabilities"].items():
+        if summary["answered"]:
+            answered += [cap["state"] for cap in summary["capabilities"].values()]
+        else:
+            missing.append(NAMES.get(name, name))
+    words = []
+    if answered:
+        words.append("capabilities %d/%d ok" % (answered.count("ok"), len(answered)))
+    if missing:
+        words.append(("%s not answered" % ", ".join(missing)) if answered else "capabilities not answered")
+    if not words:
+        return network
+    text = '<span class="muted">%s</span>' % e(", ".join(words))
+    if network:
+        text = network + " · " + text
+    if not answered:
+        return text
+    return '<details class="caps"><summary>%s</summary>%s</details>' % (text, _rows_html(entry))
+
+
+REASONS_SHOWN = 3  # reasons in a capability total's row on the page (the YAML has them all)
+
+
+def _capability_radios(report):
+    """(radio id, host class) of each capability total's host state that some host is in."""
+    return [
+        ("f%s%s" % (item["id"], STATE_LETTERS[state]), item["id"] + STATE_LETTERS[state])
+        for item in report["capabilities"]["totals"]
+        for state in HOST_STATES
+        if item["counts"][state]
+    ]
+
+
+def _capabilities_html(report):
+    """The fleet's capabilities, one click away (a line of counts until then, so the hosts stay on
+    the first screen): manufacturer x capability -> hosts ok / unavailable / not-declared / not
+    answered (each count a filter of the hosts), the modes, the deepest depth, the reasons; then the
+    manufacturers some hosts answered no capability for, with the note their groups carry."""
+    e = html.escape
+    caps = report["capabilities"]
+    totals, missing = caps["totals"], caps["notAnswered"]
+    if not totals and not missing:
+        return []
+    answered = short = unanswered = 0
+    for entry in report["hosts"]:
+        summaries = entry["capabilities"].values()
+        if any(s["answered"] for s in summaries):
+            answered += 1
+        if any(c["state"] == "unavailable" for s in summaries if s["answered"] for c in s["capabilities"].values()):
+            short += 1
+        if any(not s["answered"] for s in summaries):
+            unanswered += 1
+    digest = "%d host%s answered, %d of them unavailable for a capability · %d not answered" % (
+        answered,
+        "" if answered == 1 else "s",
+        short,
+        unanswered,
+    )
+    out = ['<details id="capabilities"><summary><h2>Capabilities</h2> <span class="muted">%s</span></summary>' % digest]
+    if totals:
+        out.append(
+            "<table><thead><tr><th>manufacturer</th><th>capability</th><th>mode</th><th>depth</th>"
+            '<th class="num">ok</th><th class="num">unavailable</th><th class="num">not-declared</th>'
+            '<th class="num">not answered</th><th>why unavailable (hosts: reason)</th></tr></thead><tbody>'
+        )
+        for item in totals:
+            cells = []
+            for state in HOST_STATES:
+                n = item["counts"][state]
+                if n:
+                    cells.append(
+                        '<td class="num"><label for="f%s%s" class="%s">%d</label></td>'
+                        % (item["id"], STATE_LETTERS[state], _STATE_CLASS.get(state, "warn"), n)
+                    )
+                else:
+                    cells.append('<td class="num muted">0</td>')
+            why = "; ".join("%d: %s" % (len(r["hosts"]), e(r["text"])) for r in item["reasons"][:REASONS_SHOWN])
+            if len(item["reasons"]) > REASONS_SHOWN:
+                why += "; %d more reasons (in the YAML)" % (len(item["reasons"]) - REASONS_SHOWN)
+            out.append(
+                '<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s<td class="why">%s</td></tr>'
+                % (
+                    e(NAMES.get(item["manufacturer"], item["manufacturer"])),
+                    e(item["capability"]),
+                    e(", ".join(item["modes"])),
+                    e(item["depth"] or ""),
+                    "".join(cells),
+                    why,
+                )
+            )
+        out.append("</tbody></table>")
+    if missing:
+        out.append('<p class="na">Not answered (no capability row in the document):</p><ul>')
+        for note in missing:
+            n = len(note["hosts"])
+            out.append(
+                "<li><b>%s</b> %d host%s: %s</li>"
+                % (e(NAMES.get(note["manufacturer"], note["manufacturer"])), n, "" if n == 1 else "s", e(note["note"]))
+            )
+        out.append("</ul>")
+    return [*out, "</details>"]
 
 
 def _filters_css(report, manufacturers):
@@ -936,12 +1491,14 @@ def _filters_css(report, manufacturers):
     for status in STATUSES:
         rule("fs-" + status, "s-" + status)
     for name in manufacturers:
-        rule("fm-" + name, "m-" + name)
+        rule("fm-" + _ident(name), "m-" + _ident(name))
     rule("fm-none", "m-none")
     for cause in report["causes"]:
         rule("f" + cause["id"], cause["id"])
     for model in report["models"]:
         rule("f" + model["id"], model["id"])
+    for radio, keep in _capability_radios(report):
+        rule(radio, keep)
     for radio in ("fs-all", "fm-all", "fc-all"):
         mark.append("#%s:checked~* label[for=%s]" % (radio, radio))
     return ",\n".join(hide) + "{display:none}\n" + ",\n".join(mark) + "{outline:2px solid #1b1f24;font-weight:600}\n"
@@ -949,13 +1506,18 @@ def _filters_css(report, manufacturers):
 
 def _radios(report, manufacturers):
     """The filters' state: radio buttons, siblings of everything they act on (CSS ``~``); one group
-    per axis (status, manufacturer, cause or model), each starting at "all"."""
+    per axis (status, manufacturer, cause or model or capability answer), each starting at "all"."""
     radios = ["fs-all", "fs-bad"] + ["fs-" + st for st in STATUSES]
-    radios += ["fm-all"] + ["fm-" + m for m in manufacturers] + ["fm-none"]
+    radios += ["fm-all"] + ["fm-" + _ident(m) for m in manufacturers] + ["fm-none"]
     radios += ["fc-all"] + ["f" + c["id"] for c in report["causes"]] + ["f" + m["id"] for m in report["models"]]
+    radios += [radio for radio, _keep in _capability_radios(report)]
     return [
         '<input type="radio" name="%s" id="%s" hidden%s>'
-        % ("fc" if radio.startswith(("fc", "fd")) else radio[:2], radio, " checked" if radio.endswith("-all") else "")
+        % (
+            "fc" if radio.startswith(("fc", "fd", "fk")) else radio[:2],
+            radio,
+            " checked" if radio.endswith("-all") else "",
+        )
         for radio in radios
     ]
 
@@ -1055,9 +1617,9 @@ def _nav_html(report, manufacturers):
     nav.append('<label for="fs-all">all</label><label for="fs-bad">not ok</label>')
     nav += ['<label for="fs-%s">%s</label>' % (st, st) for st in STATUSES if report["summary"][st]]
     nav.append(' · <label for="fm-all">any manufacturer</label>')
-    nav += ['<label for="fm-%s">%s</label>' % (m, e(NAMES.get(m, m))) for m in manufacturers]
+    nav += ['<label for="fm-%s">%s</label>' % (_ident(m), e(NAMES.get(m, m))) for m in manufacturers]
     nav.append('<label for="fm-none">no accelerator</label>')
-    nav.append(' · <label for="fc-all">any cause / model</label></nav>')
+    nav.append(' · <label for="fc-all">any cause / model / capability</label></nav>')
     return "".join(nav)
 
 
@@ -1072,8 +1634,8 @@ def _row_html(entry, anchor):
         | set(entry["expected"] or {})
         | {m for c in entry["causes"] for m in c["manufacturers"]}
     )
-    classes += ["m-" + m for m in mine] or ["m-none"]
-    classes += entry["causeIds"] + entry["modelIds"]
+    classes += ["m-" + _ident(m) for m in mine] or ["m-none"]
+    classes += entry["causeIds"] + entry["modelIds"] + entry.get("capabilityIds", [])
     has, versions = _has_text(entry)
     if not has:
         has = '<span class="muted">%s</span>' % ("no accelerator" if entry["report"] is not None else "—")
@@ -1081,7 +1643,7 @@ def _row_html(entry, anchor):
     if entry["reason"]:
         why = "<details><summary>%s</summary>%s</details>" % (e(entry["reason"]), _details(entry))
     else:
-        why = _network_text(entry)
+        why = _ok_why(entry)
     return (
         '<tr id="%s" class="%s" data-host="%s" data-status="%s"><td class="st %s">%s</td><th>%s</th>'
         '<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="why">%s</td></tr>'
@@ -1146,6 +1708,7 @@ def to_html(report):
     out += _radios(report, manufacturers)
     out.append(_header_html(report))
     out += ['<div class="top">', *_causes_html(report), *_models_html(report), "</div>"]
+    out += _capabilities_html(report)
     out.append(_nav_html(report, manufacturers))
     out.append(
         '<table id="hosts"><colgroup><col style="width:8.2em"><col style="width:11.5em"><col style="width:18em">'
@@ -1170,26 +1733,71 @@ def to_html(report):
 # --- JUnit -----------------------------------------------------------------------------------------
 
 
+# what XML 1.0 cannot carry at all (a host's words may hold control characters): replaced, never
+# written into a file a CI dashboard then cannot parse
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text):
+    return _NOT_XML.sub("\ufffd", text)
+
+
+def capability_failures(entry):
+    """One line per manufacturer, capability and distinct reason of the host's failing capability
+    rows: ``NVIDIA co-tenancy: <reason, what is particular to the host taken out>``."""
+    lines = []
+    for name, summary in entry["capabilities"].items():
+        if not summary["answered"]:
+            continue
+        for capability, cap in summary["capabilities"].items():
+            for reason in cap.get("reasons") or ():
+                lines.append("%s %s: %s" % (NAMES.get(name, name), capability, reason))
+    return lines
+
+
+def junit_failures(entry):
+    """Every failing answer in full, the rows that fail alike on several accelerators once with
+    their accelerators: ``nvidia: co-tenancy on GPU-a, GPU-b: <reason>``."""
+    report = entry["report"] or {}
+    out = []
+    for group, rows in zip(report.get("accelerators") or [], entry.get("rows") or []):
+        name = group["manufacturer"]
+        if group["detection"]["state"] == "unavailable":
+            out.append("%s: detection: %s" % (name, group["detection"].get("reason")))
+        alike = {}
+        for row in rows:
+            if not failing(row):
+                continue
+            if row["state"] == "malformed":
+                out.append(_row_failure(name, row))
+                continue
+            alike.setdefault((row["capability"], row["reason"]), []).append(row["accelerator"])
+        for (capability, reason), accelerators in alike.items():
+            out.append("%s: %s on %s: %s" % (name, capability, ", ".join(accelerators), reason))
+    return out
+
+
 def to_junit(report):
     """JUnit XML shaped for CI dashboards: one testcase per host (classname ``gpustack-preflight``,
     name the host, the same identity run after run), unavailable or mismatched = failure (message:
-    the one-line reason; text: every failing answer in full), unreachable or failed = error;
-    system-out says what the host has."""
+    the one-line reason, then one line per failing capability and reason; text: every failing answer
+    in full), unreachable or failed = error; system-out says what the host has."""
     suite = ET.Element("testsuite", name="gpustack-preflight", timestamp=report["generated"])
     counts = {"tests": 0, "failures": 0, "errors": 0}
     for entry in sorted(report["hosts"], key=lambda e: _natural(e["host"])):
         counts["tests"] += 1
-        case = ET.SubElement(suite, "testcase", classname="gpustack-preflight", name=entry["host"])
+        case = ET.SubElement(suite, "testcase", classname="gpustack-preflight", name=_xml(entry["host"]))
         status = entry["status"]
         if status in ("unreachable", "failed"):
             counts["errors"] += 1
-            ET.SubElement(case, "error", message=entry["reason"] or status, type=status).text = (
+            ET.SubElement(case, "error", message=_xml(entry["reason"] or status), type=status).text = _xml(
                 entry["message"] or status
             )
         elif status in ("unavailable", "mismatch"):
             counts["failures"] += 1
-            lines = failures(entry["report"]) + [d["text"] for d in entry["differences"]]
-            ET.SubElement(case, "failure", message=entry["reason"] or status, type=status).text = "\n".join(lines)
+            lines = junit_failures(entry) + [d["text"] for d in entry["differences"]]
+            message = "\n".join([entry["reason"] or status, *capability_failures(entry)])
+            ET.SubElement(case, "failure", message=_xml(message), type=status).text = _xml("\n".join(lines))
         has = ", ".join(
             "%s x%d%s"
             % (
@@ -1207,7 +1815,7 @@ def to_junit(report):
             for i in entry["inventory"]
         )
         if entry["report"] is not None:
-            ET.SubElement(case, "system-out").text = has or "no accelerator"
+            ET.SubElement(case, "system-out").text = _xml(has or "no accelerator")
     for key, value in counts.items():
         suite.set(key, str(value))
     if hasattr(ET, "indent"):  # Python >= 3.9

@@ -14,15 +14,30 @@ description:
     O(dest) C(preflight-<timestamp>.yaml), C(.html) and C(.junit.xml).
   - The YAML carries the summary, the causes (the same reason grouped across hosts, once host names,
     paths, PCI addresses, UUIDs and counts are taken out), the fleet totals by model (with driver and
-    runtime versions), and per host, worst first, its status, one-line reason, inventory, expected
-    inventory and differences, and the whole preflight document it registered.
+    runtime versions), the capability totals, and per host, worst first, its status, one-line reason,
+    inventory, expected inventory and differences, its capability summary, and the whole preflight
+    document it registered.
+  - "Capabilities: each host's preflight rows (C(checks): C(mig-partitioning), C(container-share),
+    C(cu-mask-topology), C(sliced-runtime-loaded), C(co-tenancy), C(stale-container-sweep), ...) are
+    summarised per manufacturer and capability (accelerators by state, the deepest depth reached, the
+    modes, the distinct reasons of the unavailable rows) and totalled across the fleet (hosts ok,
+    unavailable - any accelerator's row unavailable -, not-declared, and not answered: the hosts whose
+    group carries no row, because their detection failed or their document predates the rows, which
+    are ok for no capability)."
+  - An unavailable capability row is a cause (titled with its manufacturer and capabilities), and the
+    one-line reason of a host whose detection is ok names its first unavailable capability. A row that
+    cannot be read (not a mapping, no capability or accelerator, an unknown state or depth) is reported
+    as a malformed row, counted as unavailable, never a failure of the report.
   - The HTML is one self-contained page without JavaScript, worst first - failed, unreachable,
     unavailable, mismatch, then ok - one row per host (models x count, driver and runtime version,
     expected inventory, RDMA links, topology policy, and the one-line reason of a host that is not ok,
-    its answers in full behind it); the causes grouped across hosts; the fleet by model; filters by
-    status, manufacturer, cause and model (radio buttons and CSS, combinable).
+    its answers in full behind it, its capability rows grouped there too); the causes grouped across
+    hosts; the fleet by model; the capability table (manufacturer x capability - hosts ok, unavailable,
+    not-declared, not answered, with the modes and deepest depth - one click away); filters by status,
+    manufacturer, cause, model and capability answer (radio buttons and CSS, combinable).
   - The JUnit file has one testcase per host (V(unavailable) or V(mismatch) = failure, unreachable or
-    failed = error), so a CI dashboard counts nodes and keeps each node's history.
+    failed = error), so a CI dashboard counts nodes and keeps each node's history; a failure's message
+    is the one-line reason, then one line per failing capability and distinct reason.
   - Unreachable hosts are listed, never dropped. A host is V(mismatch) when its preflight is ok but it
     differs from its O(expect) entry (or that entry cannot be read).
   - Needs only the Python standard library on the controller (PyYAML when present, else the YAML file
@@ -139,6 +154,60 @@ causes:
       description: The hosts it applies to.
       type: list
       elements: str
+    capabilities:
+      description: The capabilities whose unavailable rows it is (only for a cause from capability rows).
+      type: list
+      elements: str
+      returned: when the cause comes from capability rows
+capabilities:
+  description: The capability rows totalled across the fleet (the YAML report's C(capabilities)).
+  returned: success
+  type: dict
+  contains:
+    totals:
+      description:
+        - One per manufacturer x capability some host answered, by manufacturer then capability.
+        - A host is V(unavailable) for a capability when any of its accelerators' rows is (or cannot be
+          read), else V(ok) when any is ok, else V(not-declared); V(not-answered) are the hosts of that
+          manufacturer whose group carries no row at all.
+      type: list
+      elements: dict
+      contains:
+        manufacturer:
+          description: The manufacturer.
+          type: str
+          sample: nvidia
+        capability:
+          description: The capability (the rows' C(capability)).
+          type: str
+          sample: co-tenancy
+        modes:
+          description: The modes its rows were asked in, across the fleet.
+          type: list
+          elements: str
+          sample: [partitioned, sliced]
+        depth:
+          description: The deepest depth any host's row reached (C(declared), C(simulated), C(measured)).
+          type: str
+          sample: simulated
+        counts:
+          description: Hosts by state.
+          type: dict
+          sample: {ok: 1, unavailable: 2, not-declared: 0, not-answered: 1}
+        hosts:
+          description: The hosts by state (the same keys as C(counts)).
+          type: dict
+          sample: {ok: [a100-01], unavailable: [hgx-01, hgx-02], not-declared: [], not-answered: [old-01]}
+        reasons:
+          description: The distinct reasons of its unavailable rows (host particulars taken out) with their hosts.
+          type: list
+          elements: dict
+          sample: [{text: "the allocator refused a synthetic half-accelerator slice: ...", hosts: [hgx-01, hgx-02]}]
+    notAnswered:
+      description: Per manufacturer and note, the hosts with its accelerators whose group carries no capability row.
+      type: list
+      elements: dict
+      sample: [{manufacturer: nvidia, note: "only question 1 (detection) is answered by this version", hosts: [old-01]}]
 """
 
 import os
@@ -193,10 +262,8 @@ def main():
         summary_line=fleet.summary_line(report["summary"]),
         console=console,
         failing=dict(zip([e["host"] for e in report["hosts"] if e["status"] != "ok"], console)),
-        causes=[
-            {"title": c["title"], "text": c["text"], "status": c["status"], "hosts": c["hosts"]}
-            for c in report["causes"]
-        ],
+        causes=[fleet.cause_document(c) for c in report["causes"]],
+        capabilities=fleet.capabilities_document(report["capabilities"]),
     )
 
 

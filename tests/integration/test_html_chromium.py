@@ -221,6 +221,12 @@ class Element:
     def text(self) -> str:
         return "".join(part if isinstance(part, str) else part.text() for part in self.content)
 
+    def text_outside(self, skip: Any) -> str:
+        """The text, leaving out the elements ``skip(element)`` is true of (and what they hold)."""
+        return "".join(
+            part if isinstance(part, str) else "" if skip(part) else part.text_outside(skip) for part in self.content
+        )
+
     def iter(self) -> Iterator[Element]:
         yield self
         for child in self.children:
@@ -304,7 +310,8 @@ def test_one_row_per_host_worst_first_with_its_status_and_reason(dom: Element, f
         assert row.attrs["data-status"] == entry["status"] and f"s-{entry['status']}" in row.classes
         status_cell = row.children_tagged("td")[0]
         assert status_cell.classes == {"st", entry["status"]} and status_cell.text().strip() == entry["status"]
-        summaries = row.find_all("summary")
+        # an ok host's capability rows may be one click behind its last cell (details.caps): no reason
+        summaries = [s for s in row.find_all("summary") if s.parent is None or "caps" not in s.parent.classes]
         if entry["status"] == "ok":
             assert not summaries and "bad" not in row.classes
         else:  # the one-line reason inline, the answers in full behind it
@@ -351,6 +358,20 @@ def test_causes_models_and_summary_are_the_yamls(dom: Element, fleet_doc: dict[s
         assert dom.find_all("label", id=f"sum-{status}")[0].text().startswith(f"{summary[status]} ")
     assert dom.find_all("label", id="sum-mismatch")[0].text() == "1 differ from expected"
     assert dom.find_all("label", id="sum-bad")[0].text() == "4 not ok"
+    # the capability table: one row per manufacturer x capability of the YAML, each count its hosts';
+    # the manufacturers some hosts answered no capability for, one line per note
+    (section,) = dom.find_all("details", id="capabilities")
+    totals, unanswered = fleet_doc["capabilities"]["totals"], fleet_doc["capabilities"]["notAnswered"]
+    tbodies = section.find_all("tbody")
+    rows = tbodies[0].children_tagged("tr") if tbodies else []
+    assert len(rows) == len(totals)
+    for row, total in zip(rows, totals, strict=True):
+        cells = [c.text().strip() for c in row.children_tagged("td")]
+        assert cells[1] == total["capability"] and cells[3] == total["depth"]
+        assert cells[4:8] == [str(total["counts"][s]) for s in fleet.HOST_STATES]
+    assert len(section.find_all("li")) == len(unanswered)
+    # the simulated fleet's broken sysfs: no manufacturer measured, so none of its capabilities answered
+    assert {n["manufacturer"] for n in unanswered if "broken-sysfs-01" in n["hosts"]} == set(fleet.MANUFACTURERS)
 
 
 def test_filters_are_labels_of_radios_and_the_page_has_no_script(dom: Element) -> None:
@@ -362,7 +383,10 @@ def test_filters_are_labels_of_radios_and_the_page_has_no_script(dom: Element) -
     assert [lb.attrs.get("for") for lb in labels if lb.attrs.get("for") not in radios] == []
     assert not dom.find_all("script")  # plain HTML: the page works without JavaScript
     (body,) = dom.find_all("body")
-    assert "declared" not in body.text()  # "not-declared" / depth "declared": nothing an operator acts on
+    # a detection's "not-declared" / depth "declared": nothing an operator acts on, never shown; a
+    # capability row's state and depth are the answer (the capability table, a host's rows)
+    capabilities = body.text_outside(lambda e: e.attrs.get("id") == "capabilities" or "caps" in e.classes)
+    assert "declared" not in capabilities
 
 
 # --- the pixels ------------------------------------------------------------------------------------
@@ -534,6 +558,12 @@ def test_css_filters_by_computed_style_after_clicking(
     for index, model in enumerate(fleet_doc["models"], start=1):
         holders = rows_with(lambda e, m=model: any(i["model"] == m["model"] for i in e.get("inventory", [])))
         assert len(clicks[f"fd{index}"]) == model["hosts"] and clicks[f"fd{index}"] == holders, model["model"]
+    # a capability count: the hosts in that state for it (the YAML's list, in the page's order)
+    for index, total in enumerate(fleet_doc["capabilities"]["totals"], start=1):
+        for state, letter in fleet.STATE_LETTERS.items():
+            if total["counts"][state]:
+                radio = f"fk{index}{letter}"
+                assert clicks[radio] == [h for h in everyone if h in total["hosts"][state]], (radio, total)
     # two axes at once: ok hosts with NVIDIA accelerators
     assert result["combined"] == rows_with(lambda e: e["status"] == "ok" and "nvidia" in manufacturers(e))
     assert result["combined"] == ["a100-mig-01", "hgx-h100-01", "l40s-mellanox-01"]

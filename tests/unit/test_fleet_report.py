@@ -1,21 +1,28 @@
 """The fleet report (the collection's plugins/module_utils/fleet_report.py, standard library only):
 classification worst first, causes grouped across hosts, expected inventory, YAML (or JSON), HTML
-(no JavaScript, escaped, CSS filters), JUnit per host, console lines."""
+(no JavaScript, escaped, CSS filters), JUnit per host, console lines; the capability rows per host and
+totalled across the fleet, from real preflight documents (the package's own preflight with its
+capability rows, on copies of the fixture hosts) and hand-made ones; rows read from a host that are
+malformed, reported as such (hypothesis), never a traceback."""
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
 from datetime import UTC, datetime
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tests.conftest import REPO, host
+from tests.conftest import REPO, copy_host
 
 # collections/ansible_collections/gpustack/accelerators is this repository (a symlink): the module_utils
 # import as the modules import them
@@ -122,6 +129,8 @@ def test_the_same_cause_groups_across_hosts_without_their_particulars() -> None:
         ("killed by SIGSEGV while loading /host/usr/lib/libnvidia-ml.so.1", "killed by SIGSEGV while loading …"),
         ("card 0x1f at index 3", "card … at index N"),
         ("ssh to node-17 at 10.0.3.7: timed out", "ssh to … at N: timed out"),
+        # one probe container's name per accelerator: preflight-0, preflight-1 ... read the same
+        ("gpustack-preflight/preflight-0 container main", "gpustack-preflight/preflight-N container main"),
     ],
 )
 def test_normalise(text: str, normalised: str) -> None:
@@ -154,6 +163,28 @@ def test_normalise(text: str, normalised: str) -> None:
         ),
         (UNMEASURED, "could not measure"),
         ("something nobody foresaw", "unavailable"),
+        # capability rows' words
+        (
+            "the allocator refused a synthetic half-accelerator slice: the slicing library "
+            "/var/lib/gpustack/operator/lib/nvidia/cuda-12/libvgpu.so is not staged on this node",
+            "slicing library not staged",
+        ),
+        (
+            "the allocator refused a synthetic half-accelerator slice: amd gpustack-preflight/preflight-0 container "
+            "main: device node /dev/kfd does not exist on this node; is the driver loaded?",
+            "device node missing",
+        ),
+        (
+            "the stale-container sweep could not be completed, so a container an earlier run left behind may "
+            "still be holding this accelerator: docker ps timed out after 30s; clear the leftovers by hand",
+            "stale preflight containers not cleared",
+        ),
+        (
+            "this manufacturer's preflight panicked and was contained, so none of this accelerator's "
+            "preconditions were established: RuntimeError: boom",
+            "preflight panicked",
+        ),
+        ("malformed row: its state is 'great', not one of ok, unavailable, not-declared", "malformed row"),
     ],
 )
 def test_cause_titles(reason: str, title: str) -> None:
@@ -290,7 +321,7 @@ def test_console_lines_one_per_host_that_is_not_ok() -> None:
 def test_yaml_keeps_every_document_and_adds_the_fleet_view(monkeypatch: pytest.MonkeyPatch) -> None:
     report = build(**{"cpu-1": {"nvidia": 2}})
     doc = yaml.safe_load(fleet.to_yaml(report))
-    assert list(doc) == ["generated", "summary", "causes", "models", "notes", "hosts"]
+    assert list(doc) == ["generated", "summary", "causes", "models", "capabilities", "notes", "hosts"]
     assert list(doc["hosts"]) == [h["host"] for h in report["hosts"]]
     assert doc["hosts"]["node-10"]["report"] == ok(H100, NONE_AMD)["report"]
     assert doc["hosts"]["node-10"]["inventory"] == [
@@ -353,15 +384,520 @@ def test_the_module_utils_need_no_package_and_no_yaml() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_preflight_reports_the_detected_versions() -> None:
+def test_preflight_reports_the_detected_versions(tmp_path: Path) -> None:
     """The preflight document carries what the fleet report shows beside the model: the driver and
-    runtime versions of an ok answer."""
+    runtime versions of an ok answer (on a copy of the node: a pass may drive its vendor stand-ins)."""
     from gpustack_operator import api
 
-    root = str(host("h100-sxm-8x"))
-    doc = api.run_preflight(api.make_request(root, ["nvidia"]), host_root=root).wire()
+    root = str(copy_host("h100-sxm-8x", tmp_path))
+    doc = api.run_preflight(api.make_request(root, ["nvidia"]), dry_run=True, host_root=root).wire()
     (nvidia,) = doc["accelerators"]  # type: ignore[misc]
     assert nvidia["detection"]["driverVersion"] == "550.54.15"
     assert nvidia["detection"]["runtimeVersion"] == "12.4"
     entry = fleet.classify("hgx", {"report": doc})
     assert entry["inventory"][0]["model"] == "NVIDIA H100 80GB HBM3" and entry["inventory"][0]["count"] == 8
+
+
+# --- capability rows ---------------------------------------------------------------------------------
+
+REAL = ("h100-sxm-8x", "mi300x-8x", "ascend-910b-8x", "a100-mig")
+COTENANCY = ("GPU-7410685e-88b6-32ea-d0d7-43827e3952ba", "GPU-bb0d6284-ef54-9e14-171c-6dc80a3c5aa9")
+COTENANCY_REASON = (
+    "the two slices' <injections> & quotas overlap on /dev/nvidia1 of GPU-7410685e-88b6-32ea-d0d7-43827e3952ba "
+    "(cot-01): both containers saw the whole card"
+)
+SWEPT = ("GPU-86ec9390f862d2a1", "GPU-049594c11c7e5455")
+
+
+def preflighted(root: Path, capabilities: bool = True) -> dict[str, Any]:
+    """What the preflight module registers on that node (a dry run: it writes nothing to it)."""
+    from gpustack_operator import api
+
+    report = api.run_preflight(
+        api.make_request(str(root), None), dry_run=True, host_root=str(root), capabilities=capabilities
+    )
+    return {"changed": False, "report": report.wire(), "summary": report.summary(), "failures": report.failures()}
+
+
+def cotenancy_result(refused: bool = True) -> dict[str, Any]:
+    """Two H100s, rows measured in probe containers: MIG off, the sliced runtime loaded, and
+    co-tenancy refused on the first card (``refused``) or ok on both."""
+    from gpustack_operator.preflight.models import Check, Depth, Detection, Group, Report, State
+
+    checks = []
+    for acc in COTENANCY:
+        bad = refused and acc == COTENANCY[0]
+        checks += [
+            Check(
+                accelerator=acc,
+                capability="mig-partitioning",
+                mode="partitioned",
+                state=State.NOT_DECLARED,
+                detail="no physical-slice profile: MIG is off",
+            ),
+            Check(
+                accelerator=acc,
+                capability="sliced-runtime-loaded",
+                mode="sliced",
+                state=State.OK,
+                depth=Depth.MEASURED,
+                detail="libvgpu.so answered in the probe container",
+                command=f"nerdctl run --rm --gpus device={acc} probe",
+            ),
+            Check(
+                accelerator=acc,
+                capability="co-tenancy",
+                mode="sliced",
+                state=State.UNAVAILABLE if bad else State.OK,
+                depth=Depth.MEASURED,
+                reason=COTENANCY_REASON if bad else None,
+                detail=None if bad else "two slices ran side by side, each within its quota",
+                command="nerdctl run --rm probe-pair",
+            ),
+        ]
+    detection = Detection(state=State.OK, accelerators=2, detail="NVIDIA H100 80GB HBM3 x2", driver_version="550.54.15")
+    report = Report(accelerators=[Group(manufacturer="nvidia", timestamp="t", detection=detection, checks=checks)])
+    return {"changed": False, "report": report.wire(), "failures": report.failures()}
+
+
+def sweep_result() -> dict[str, Any]:
+    """Two MI300X whose stale-container sweep failed: the cu-mask row ok, one sweep row each."""
+    from gpustack_operator.preflight import sweep
+    from gpustack_operator.preflight.models import Check, Detection, Group, Report, State
+
+    reason = sweep.REASON.format(
+        what="listing on docker: docker ps timed out after 30s",
+        manual="docker rm -f $(docker ps -aq --filter label=gpustack.ai/preflight=true)",
+    )
+    checks = [
+        Check(accelerator=a, capability="cu-mask-topology", mode="sliced", state=State.OK, detail="gfx942: 304 CUs")
+        for a in SWEPT
+    ]
+    checks += sweep.stale_rows(SWEPT, reason)
+    detection = Detection(state=State.OK, accelerators=2, detail="AMD Instinct MI300X x2")
+    report = Report(accelerators=[Group(manufacturer="amd", timestamp="t", detection=detection, checks=checks)])
+    return {"changed": False, "report": report.wire(), "failures": report.failures()}
+
+
+@pytest.fixture(scope="module")
+def rows_fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Four real nodes preflighted with their capability rows, one from before the rows (no rows at
+    all), one whose driver is not loaded (detection failed: no rows), and the hand-made ones."""
+    work = tmp_path_factory.mktemp("capability-hosts")
+    results: list[tuple[str, Any]] = [(name, preflighted(copy_host(name, work))) for name in REAL]
+    results.append(("old-h100", preflighted(copy_host("h100-sxm-8x", work / "old"), capabilities=False)))
+    results.append(("nodriver", preflighted(copy_host("nvidia-driver-broken", work))))
+    results += [("cot-01", cotenancy_result()), ("cot-ok-01", cotenancy_result(refused=False))]
+    results.append(("sweep-01", sweep_result()))
+    report = fleet.build(results, now=NOW)
+    return {"results": dict(results), "report": report, "entries": {e["host"]: e for e in report["hosts"]}}
+
+
+def host_states(doc: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(manufacturer, capability) -> the host's state, read off the rows directly (the oracle)."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for group in doc["accelerators"]:
+        for check in group.get("checks") or []:
+            seen.setdefault((group["manufacturer"], check["capability"]), set()).add(check["state"])
+    return {
+        key: "unavailable" if "unavailable" in states else "ok" if "ok" in states else "not-declared"
+        for key, states in seen.items()
+    }
+
+
+def test_the_fleet_totals_count_hosts_per_manufacturer_and_capability(rows_fleet: dict[str, Any]) -> None:
+    results, report = rows_fleet["results"], rows_fleet["report"]
+    expected: dict[tuple[str, str], dict[str, list[str]]] = {}
+    unanswered: dict[str, list[str]] = {}
+    for name, result in results.items():
+        for key, state in host_states(result["report"]).items():
+            expected.setdefault(key, {s: [] for s in fleet.HOST_STATES})[state].append(name)
+        for group in result["report"]["accelerators"]:
+            if not group.get("checks") and group["detection"]["state"] != "not-declared":
+                unanswered.setdefault(group["manufacturer"], []).append(name)
+    for (manufacturer, _capability), states in expected.items():
+        states["not-answered"] = unanswered.get(manufacturer, [])
+    totals = {(t["manufacturer"], t["capability"]): t for t in report["capabilities"]["totals"]}
+    assert set(totals) == set(expected)
+    for key, total in totals.items():
+        assert {s: sorted(h) for s, h in total["hosts"].items()} == {s: sorted(h) for s, h in expected[key].items()}
+        assert total["counts"] == {s: len(h) for s, h in expected[key].items()}, key
+    assert list(totals) == sorted(totals, key=lambda k: (k[0], fleet.capability_order(k[1])))
+    # a host whose group carries no row is ok for no capability: not answered, for every one
+    assert unanswered["nvidia"] == ["old-h100", "nodriver"]
+    for (manufacturer, _capability), total in totals.items():
+        if manufacturer == "nvidia":
+            assert {"old-h100", "nodriver"} <= set(total["hosts"]["not-answered"])
+            assert not {"old-h100", "nodriver"} & set(total["hosts"]["ok"] + total["hosts"]["not-declared"])
+    # what the fixture nodes are: MIG on the A100s (on half of them), off on the H100s; the MI300X's CU masks
+    assert "a100-mig" in totals["nvidia", "mig-partitioning"]["hosts"]["ok"]
+    assert "h100-sxm-8x" in totals["nvidia", "mig-partitioning"]["hosts"]["not-declared"]
+    assert "mi300x-8x" in totals["amd", "cu-mask-topology"]["hosts"]["ok"]
+    cotenancy = totals["nvidia", "co-tenancy"]
+    assert "cot-01" in cotenancy["hosts"]["unavailable"] and "cot-ok-01" in cotenancy["hosts"]["ok"]
+    assert cotenancy["depth"] == "measured" and "sliced" in cotenancy["modes"]
+    assert {"text": fleet.normalise(COTENANCY_REASON, "cot-01"), "hosts": ["cot-01"]} in cotenancy["reasons"]
+    sweep = totals["amd", "stale-container-sweep"]
+    assert sweep["hosts"]["unavailable"] == ["sweep-01"] and sweep["modes"] == ["unnamed"]
+    assert sweep["depth"] == "declared" and sweep["reasons"][0]["text"].startswith(
+        "the stale-container sweep could not be completed"
+    )
+    # the hosts not answered, by manufacturer, with the note their group carries
+    notes = {(n["manufacturer"], h): n["note"] for n in report["capabilities"]["notAnswered"] for h in n["hosts"]}
+    for name in ("old-h100", "nodriver"):
+        (group,) = [g for g in results[name]["report"]["accelerators"] if g["manufacturer"] == "nvidia"]
+        assert notes["nvidia", name] == group["note"]
+
+
+def test_each_host_summarises_its_rows(rows_fleet: dict[str, Any]) -> None:
+    results, entries = rows_fleet["results"], rows_fleet["entries"]
+    depth = {d: i for i, d in enumerate(fleet.DEPTHS)}
+    for name, result in results.items():
+        doc, summary = result["report"], entries[name]["capabilities"]
+        states = host_states(doc)
+        for (manufacturer, capability), state in states.items():
+            cap = summary[manufacturer]["capabilities"][capability]
+            rows = [
+                c
+                for g in doc["accelerators"]
+                if g["manufacturer"] == manufacturer
+                for c in g.get("checks") or []
+                if c["capability"] == capability
+            ]
+            assert cap["state"] == state, (name, capability)
+            assert cap["accelerators"] == {s: sum(1 for c in rows if c["state"] == s) for s in fleet.STATES}
+            assert cap["depth"] == max((c["depth"] for c in rows), key=lambda d: depth[d])
+            assert cap["modes"] == sorted({c["mode"] for c in rows})
+            assert ("reasons" in cap) == (state == "unavailable")
+        answered = {m for m, s in summary.items() if s["answered"]}
+        assert answered == {m for m, _c in states}
+    h100 = entries["h100-sxm-8x"]["capabilities"]["nvidia"]
+    assert h100["answered"] is True
+    assert h100["capabilities"]["mig-partitioning"] == {
+        "state": "not-declared",
+        "accelerators": {"ok": 0, "unavailable": 0, "not-declared": 8},
+        "depth": "declared",
+        "modes": ["partitioned"],
+    }
+    mig = entries["a100-mig"]["capabilities"]["nvidia"]["capabilities"]["mig-partitioning"]
+    assert mig["state"] == "ok" and mig["accelerators"] == {"ok": 4, "unavailable": 0, "not-declared": 4}
+    assert entries["cot-01"]["capabilities"]["nvidia"]["capabilities"]["co-tenancy"] == {
+        "state": "unavailable",
+        "accelerators": {"ok": 1, "unavailable": 1, "not-declared": 0},
+        "depth": "measured",
+        "modes": ["sliced"],
+        # the host's name, the device path and the UUID taken out, as the causes take them out
+        "reasons": ["the two slices' <injections> & quotas overlap on … of … (…): both containers saw the whole card"],
+    }
+    assert list(entries["cot-ok-01"]["capabilities"]["nvidia"]["capabilities"]) == [
+        "mig-partitioning",
+        "sliced-runtime-loaded",
+        "co-tenancy",
+    ]
+    stale = entries["sweep-01"]["capabilities"]["amd"]["capabilities"]
+    assert stale["cu-mask-topology"]["state"] == "ok"
+    assert stale["stale-container-sweep"]["state"] == "unavailable"
+    assert stale["stale-container-sweep"]["accelerators"] == {"ok": 0, "unavailable": 2, "not-declared": 0}
+    # no row: not answered, with the group's note -- whether the document predates the rows (the host
+    # stays ok, it is ok for no capability) or its detection failed
+    (old,) = [g for g in results["old-h100"]["report"]["accelerators"] if g["manufacturer"] == "nvidia"]
+    assert entries["old-h100"]["capabilities"] == {"nvidia": {"answered": False, "note": old["note"]}}
+    assert entries["old-h100"]["status"] == "ok"
+    assert entries["nodriver"]["capabilities"]["nvidia"]["answered"] is False
+    assert entries["nodriver"]["capabilities"]["nvidia"]["note"].startswith("detection failed")
+
+
+def test_an_unavailable_capability_is_a_cause_and_the_hosts_reason(rows_fleet: dict[str, Any]) -> None:
+    report, entries, results = rows_fleet["report"], rows_fleet["entries"], rows_fleet["results"]
+    cot = entries["cot-01"]
+    assert cot["status"] == "unavailable" and entries["cot-ok-01"]["status"] == "ok"
+    assert cot["reason"] == "NVIDIA co-tenancy: unavailable — " + COTENANCY_REASON
+    causes = {c["title"]: c for c in report["causes"]}
+    assert causes["NVIDIA co-tenancy: unavailable"]["hosts"] == ["cot-01"]
+    assert causes["NVIDIA co-tenancy: unavailable"]["capabilities"] == ["co-tenancy"]
+    sweep = entries["sweep-01"]
+    assert sweep["reason"].startswith(
+        "AMD stale-container-sweep: stale preflight containers not cleared — the stale-container sweep could not"
+    )
+    # a real node whose detection is ok: its reason names its first unavailable capability
+    for name in REAL:
+        doc, entry = results[name]["report"], entries[name]
+        failing = [
+            (g["manufacturer"], c["capability"])
+            for g in doc["accelerators"]
+            if g["detection"]["state"] == "ok"
+            for c in g.get("checks") or []
+            if c["state"] == "unavailable"
+        ]
+        if not failing:
+            assert entry["status"] == "ok" and entry["reason"] is None
+            continue
+        manufacturer, capability = failing[0]
+        first = entry["reason"].split(" — ", 1)[0]
+        assert first.startswith(fleet.NAMES[manufacturer] + " ") and capability in first, (name, entry["reason"])
+        assert entry["status"] == "unavailable"
+    # every unavailable row is some cause's, and the causes name their capabilities
+    named = {(m, c) for cause in report["causes"] for m in cause["manufacturers"] for c in cause["capabilities"]}
+    for name, result in results.items():
+        for (manufacturer, capability), state in host_states(result["report"]).items():
+            assert (state != "unavailable") or (manufacturer, capability) in named, (name, capability)
+
+
+def test_the_page_has_the_capability_table_and_each_hosts_rows(rows_fleet: dict[str, Any]) -> None:
+    report, entries = rows_fleet["report"], rows_fleet["entries"]
+    page = fleet.to_html(report)
+    assert "<script" not in page.lower() and "javascript:" not in page.lower()
+    # a host's words are escaped: the reason's markup and ampersand, everywhere they appear
+    assert "<injections>" not in page and "&lt;injections&gt; &amp; quotas" in page
+    totals = report["capabilities"]["totals"]
+    section = page.split('<details id="capabilities">', 1)[1].split("</details>", 1)[0]
+    assert "<h2>Capabilities</h2>" in section
+    rows = section.split("<tbody>", 1)[1].split("</tbody>", 1)[0].split("</tr>")[:-1]
+    assert len(rows) == len(totals)
+    hosts = {
+        line.split('data-host="', 1)[1].split('"', 1)[0]: line for line in page.splitlines() if "data-host=" in line
+    }
+    for index, (total, row) in enumerate(zip(totals, rows, strict=True), start=1):
+        assert f"<td>{html.escape(total['capability'])}</td>" in row
+        assert f"<td>{total['depth']}</td>" in row and f"<td>{html.escape(', '.join(total['modes']))}</td>" in row
+        for state, letter in fleet.STATE_LETTERS.items():
+            radio, n = f"fk{index}{letter}", total["counts"][state]
+            if not n:
+                assert f'"{radio}"' not in page
+                continue
+            # each count a filter of the hosts: a radio, its rule, and the class on exactly those rows
+            assert f'<label for="{radio}"' in row and f">{n}</label>" in row
+            assert f'<input type="radio" name="fc" id="{radio}" hidden>' in page
+            assert f"#{radio}:checked~#hosts tbody tr:not(.k{index}{letter})" in page
+            marked = [h for h, line in hosts.items() if f" k{index}{letter} " in line.split('"', 4)[3] + " "]
+            assert sorted(marked) == sorted(total["hosts"][state])
+    assert "Not answered (no capability row in the document)" in section
+    assert "<li><b>NVIDIA</b> 1 host: " + html.escape(entries["old-h100"]["capabilities"]["nvidia"]["note"]) in section
+    # behind a host's line: its rows, grouped, with the command of a measured row
+    cot = hosts["cot-01"]
+    caps = cot.split('<ul class="caps">', 1)[1]
+    assert 'co-tenancy <i>sliced</i> <span class="short">unavailable</span>' in caps
+    assert "measured · 1 of 2: GPU-7410685e-…</span>: reason above <code>nerdctl run --rm probe-pair</code>" in caps
+    assert 'sliced-runtime-loaded <i>sliced</i> <span class="met">ok</span>' in caps and "measured · all 2" in caps
+    assert 'mig-partitioning <i>partitioned</i> <span class="muted">not-declared</span>' in caps
+    assert caps.index("co-tenancy") < caps.index("sliced-runtime-loaded")  # what fails first
+    # an ok host: its rows one click behind a count; a host without rows: says so, nothing to open
+    ok_row = hosts["cot-ok-01"]
+    assert '<details class="caps"><summary><span class="muted">capabilities 2/3 ok</span></summary>' in ok_row
+    assert "two slices ran side by side" in ok_row
+    old = hosts["old-h100"].split('<td class="why">', 1)[1]
+    assert "capabilities not answered" in old and "<details" not in old
+    # eight accelerators answering alike are one line (not one per accelerator)
+    h100 = hosts["h100-sxm-8x"].split('<ul class="caps">', 1)[1]
+    rows = [r for group in entries["h100-sxm-8x"]["rows"] for r in group]
+    assert len(rows) > 8 and 0 < h100.count("<li>") <= len({(r["capability"], r["state"], r["mode"]) for r in rows})
+
+
+def test_junit_names_each_failing_capability_and_keeps_the_node_identity(rows_fleet: dict[str, Any]) -> None:
+    report, entries, results = rows_fleet["report"], rows_fleet["entries"], rows_fleet["results"]
+    suite = ET.fromstring(fleet.to_junit(report))
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == set(results) and {c.get("classname") for c in cases.values()} == {"gpustack-preflight"}
+    failure = cases["cot-01"].find("failure")
+    assert failure is not None and failure.get("type") == "unavailable"
+    assert (failure.get("message") or "").split("\n") == [
+        entries["cot-01"]["reason"],
+        "NVIDIA co-tenancy: the two slices' <injections> & quotas overlap on … of … (…): both containers saw the "
+        "whole card",
+    ]
+    assert f"nvidia: co-tenancy on {COTENANCY[0]}: {COTENANCY_REASON}" in (failure.text or "").split("\n")
+    swept = cases["sweep-01"].find("failure")
+    assert swept is not None
+    lines = (swept.get("message") or "").split("\n")
+    assert len(lines) == 2 and lines[1].startswith("AMD stale-container-sweep: the stale-container sweep could")
+    # the accelerators failing alike are one line of the text, naming them all
+    assert (swept.text or "").startswith(f"amd: stale-container-sweep on {SWEPT[0]}, {SWEPT[1]}: the stale-container")
+    for name in REAL:
+        entry = entries[name]
+        if entry["status"] == "ok":
+            assert cases[name].find("failure") is None
+            continue
+        found = cases[name].find("failure")
+        assert found is not None
+        distinct = {
+            (m, c, r)
+            for m, s in entry["capabilities"].items()
+            if s["answered"]
+            for c, cap in s["capabilities"].items()
+            for r in cap.get("reasons", [])
+        }
+        assert len((found.get("message") or "").split("\n")) == 1 + len(distinct)
+    assert cases["old-h100"].find("failure") is None and cases["cot-ok-01"].find("failure") is None
+
+
+def test_the_yaml_carries_the_capabilities(rows_fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    report, entries = rows_fleet["report"], rows_fleet["entries"]
+    doc = yaml.safe_load(fleet.to_yaml(report))
+    assert list(doc["capabilities"]) == ["totals", "notAnswered"]
+    assert [list(t) for t in doc["capabilities"]["totals"]] == [
+        ["manufacturer", "capability", "modes", "depth", "counts", "hosts", "reasons"]
+    ] * len(report["capabilities"]["totals"])
+    assert doc["capabilities"]["notAnswered"] == [
+        {"manufacturer": "nvidia", "note": n["note"], "hosts": n["hosts"]}
+        for n in report["capabilities"]["notAnswered"]
+    ]
+    for name, entry in entries.items():
+        assert doc["hosts"][name]["capabilities"] == entry["capabilities"]
+    (cause,) = [c for c in doc["causes"] if c["title"] == "NVIDIA co-tenancy: unavailable"]
+    assert cause == {
+        "title": "NVIDIA co-tenancy: unavailable",
+        "status": "unavailable",
+        "text": COTENANCY_REASON,  # one host: its own words
+        "hosts": ["cot-01"],
+        "capabilities": ["co-tenancy"],
+    }
+    monkeypatch.setattr(fleet, "HAS_YAML", False)
+    assert json.loads(fleet.to_yaml(report)) == doc
+
+
+ROW = {"accelerator": "GPU-1", "capability": "co-tenancy", "mode": "sliced", "state": "ok", "depth": "simulated"}
+
+
+@pytest.mark.parametrize(
+    ("checks", "capability", "problem"),
+    [
+        ([ROW, "a string"], fleet.UNREADABLE, "it is a str, not a mapping"),
+        ([ROW, {"accelerator": "GPU-0", "state": "ok"}], fleet.UNREADABLE, "its capability is missing"),
+        (
+            [ROW, dict(ROW, state="great")],
+            "co-tenancy",
+            "its state is 'great', not one of ok, unavailable, not-declared",
+        ),
+        (
+            [ROW, dict(ROW, depth="deep")],
+            "co-tenancy",
+            "its depth is 'deep', not one of declared, simulated, measured",
+        ),
+        ([ROW, dict(ROW, state="unavailable", reason=["no"])], "co-tenancy", "its reason is a list, not a string"),
+        (
+            [ROW, {"accelerator": 3, "capability": "co-tenancy"}],
+            "co-tenancy",
+            "its accelerator is an int; its state is missing, not one of ok, unavailable, not-declared",
+        ),
+        ({"co-tenancy": "ok"}, fleet.UNREADABLE, "checks is a mapping, not a list"),
+    ],
+)
+def test_a_malformed_row_is_reported_as_such(checks: Any, capability: str, problem: str) -> None:
+    result = ok(dict(H100, checks=checks), NONE_AMD)
+    report = fleet.build([("n1", result)], now=NOW)
+    (entry,) = report["hosts"]
+    # never ok: the host cannot be shown to have what the row says
+    assert entry["status"] == "unavailable"
+    cap = entry["capabilities"]["nvidia"]["capabilities"][capability]
+    assert cap["state"] == "unavailable" and cap["accelerators"]["malformed"] == 1
+    assert cap["reasons"] == [fleet.normalise("malformed row: " + problem)]
+    assert entry["reason"] == f"NVIDIA {capability}: malformed row — malformed row: {problem}"
+    (total,) = [t for t in report["capabilities"]["totals"] if t["capability"] == capability]
+    assert total["hosts"]["unavailable"] == ["n1"]
+    where = "checks" if isinstance(checks, dict) else "checks[1]"
+    failure = ET.fromstring(fleet.to_junit(report)).find("testcase/failure")
+    assert failure is not None and f"nvidia: malformed capability row {where}: {problem}" in (failure.text or "")
+    assert html.escape(problem) in fleet.to_html(report)
+    yaml.safe_load(fleet.to_yaml(report))
+
+
+# what a host's YAML may hold where a row should be: anything
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ["<script>x</script>", '" onclick="x', "<x-inj>", "a & b", "co-tenancy", "GPU-0", ""]
+)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+_FIELDS = ("accelerator", "capability", "mode", "state", "depth", "detail", "reason", "command", "evidence")
+_VALUES = st.sampled_from([*fleet.STATES, *fleet.DEPTHS, *fleet.CAPABILITIES[:4], "sliced", "GPU-0", "<x-inj>"])
+_ROW = st.fixed_dictionaries(
+    {
+        "accelerator": st.sampled_from(["GPU-0", "GPU-1", "<x-inj>"]),
+        "capability": st.sampled_from([*fleet.CAPABILITIES, '" onclick="x']),
+        "state": st.sampled_from(fleet.STATES),
+    },
+    optional={
+        "mode": st.sampled_from(["sliced", "partitioned", "<x-inj>"]),
+        "depth": st.sampled_from(fleet.DEPTHS),
+        "reason": _TEXT,
+        "detail": _TEXT,
+        "command": _TEXT,
+    },
+)
+_ANY_ROW = _ROW | st.dictionaries(st.sampled_from(_FIELDS), _VALUES | _JSON, max_size=9) | _JSON
+_GROUP = st.fixed_dictionaries(
+    {
+        "manufacturer": st.sampled_from(["nvidia", "amd", "<x-inj>&"]),
+        "detection": st.fixed_dictionaries(
+            {"state": st.sampled_from(fleet.STATES), "accelerators": st.integers(0, 8)},
+            optional={"reason": _TEXT, "detail": _TEXT},
+        ),
+        "checks": st.none() | st.lists(_ANY_ROW, max_size=6) | _JSON,
+    },
+    optional={"note": _TEXT},
+)
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs |= {name for name, _value in attrs}
+
+
+@given(st.lists(_GROUP, max_size=3))
+def test_any_rows_a_host_sends_are_reported_never_a_traceback(groups: list[dict[str, Any]]) -> None:
+    report = fleet.build([("h<1>", {"report": {"accelerators": groups}}), ("h2", None)], now=NOW)
+    (entry,) = [e for e in report["hosts"] if e["host"] == "h<1>"]
+    rows = [fleet.group_rows(g) for g in groups]
+    # every row is counted once, under its capability (or as unreadable)
+    counted = sum(
+        n
+        for summary in entry["capabilities"].values()
+        if summary["answered"]
+        for cap in summary["capabilities"].values()
+        for n in cap["accelerators"].values()
+    )
+    assert counted == sum(len(r) for r in rows)
+    failing = any(fleet.failing(r) for group in rows for r in group)
+    detection = any(g["detection"]["state"] == "unavailable" for g in groups)
+    assert (entry["status"] == "unavailable") == (failing or detection)
+    for summary in entry["capabilities"].values():
+        for cap in (summary.get("capabilities") or {}).values():
+            if cap["state"] == "ok":  # ok only where none of its rows fails
+                assert not cap["accelerators"]["unavailable"] and not cap["accelerators"].get("malformed")
+    # every output is written: the YAML reads back, the page carries no markup from the host, the
+    # JUnit parses and names each malformed row
+    yaml.safe_load(fleet.to_yaml(report))
+    tags = _Tags()
+    tags.feed(fleet.to_html(report))
+    assert not {"script", "x-inj"} & tags.tags and "onclick" not in tags.attrs
+    text = "\n".join(f.text or "" for f in ET.fromstring(fleet.to_junit(report)).iter("failure"))
+    assert text.count("malformed capability row") == sum(r["state"] == "malformed" for group in rows for r in group)
+
+
+@given(
+    _JSON
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "accelerators": st.lists(_GROUP | _JSON, max_size=3) | _JSON,
+            "network": _JSON,
+            "topology": _JSON,
+        },
+    )
+)
+def test_any_document_is_reported_or_named_malformed(document: Any) -> None:
+    try:
+        report = fleet.build([("h", {"report": document})], now=NOW)
+    except fleet.MalformedReportError:
+        return
+    fleet.to_yaml(report)
+    fleet.to_html(report)
+    ET.fromstring(fleet.to_junit(report))

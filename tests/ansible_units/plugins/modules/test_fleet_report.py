@@ -65,6 +65,20 @@ def test_a_fleet_of_real_preflight_results_is_written_and_counted(
     amd = doc["hosts"]["gpu-node"]["report"]["accelerators"][0]
     assert amd["manufacturer"] == "amd" and amd["detection"]["accelerators"] == 8
 
+    # the capability rows totalled: returned as the YAML has them; a host whose detection failed has
+    # no row, so it is not answered for its manufacturers -- ok for no capability
+    capabilities = result["capabilities"]
+    assert capabilities == doc["capabilities"] and list(capabilities) == ["totals", "notAnswered"]
+    unanswered = {(n["manufacturer"], h) for n in capabilities["notAnswered"] for h in n["hosts"]}
+    assert {("amd", "broken-bus"), ("nvidia", "broken-bus")} <= unanswered
+    for total in capabilities["totals"]:
+        assert sorted(total["counts"]) == ["not-answered", "not-declared", "ok", "unavailable"]
+        assert "broken-bus" not in total["hosts"]["ok"]
+    answered = {
+        h for t in capabilities["totals"] if t["manufacturer"] == "amd" for hs in t["hosts"].values() for h in hs
+    }
+    assert "gpu-node" in answered or ("amd", "gpu-node") in unanswered
+
     # one testcase per host
     suite = ElementTree.parse(result["paths"]["junit"]).getroot()
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "2", "2")
