@@ -78,6 +78,7 @@ bench: $(STAMP) stubs
 	"$(BIN)/python" bench/run.py
 	"$(BIN)/python" bench/ansible_bench.py
 	"$(BIN)/python" bench/allocate_bench.py
+	"$(BIN)/python" bench/probe_bench.py
 
 clean:
 	rm -rf "$(VENV)" reports tests/.build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -47,12 +47,33 @@ def vendor_stubs() -> None:
     build_all()
 
 
+def fresh_node(directory: str, names: list[str]) -> set[str]:
+    """``copytree``'s ``ignore``: leave out what a preflight run on the shared fixture tree staged onto it
+    (``var/lib/gpustack``, git-ignored), so a copy is the node as imaged; and the device nodes
+    tests/stubs/node_extras.py gives the shared tree (``dev/``, T-Head's character devices among them,
+    which a copy could not even read) -- a test gives its copy the nodes it needs
+    (``node_extras.install``)."""
+    import stat
+
+    skip = {"gpustack"} if Path(directory).as_posix().endswith("/var/lib") and "gpustack" in names else set()
+    if Path(directory).parent == HOSTS and "dev" in names:
+        skip.add("dev")  # the fixture's device nodes (node_extras): a test gives its copy the nodes it needs
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+        except OSError:
+            continue
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            skip.add(name)
+    return skip
+
+
 def copy_host(name: str, dest: Path) -> Path:
     """A private copy of a fixture host (symlinks kept) for tests that change its state."""
     import shutil
 
     target = dest / name
-    shutil.copytree(host(name), target, symlinks=True)
+    shutil.copytree(host(name), target, symlinks=True, ignore=fresh_node)
     return target
 
 

@@ -46,12 +46,14 @@ options:
       - Writes to the host unless O(dry_run) (or check mode) - the staged library tree (kept), the
         responder's rendered files (removed at the end), the lock file (kept), a driver mode asked on and
         put straight back.
+      - V(false) answers question 1 only (detection), writing nothing.
     type: bool
-    default: false
+    default: true
   preload_source:
     description:
       - The preload-library tree staged onto the host (a directory or tarball on the target, read in the
-        module's own view). Defaults to C(/opt/gpustack/lib), where the operator image carries it.
+        module's own filesystem). Defaults to C(/opt/gpustack/lib) of the node view (O(detect_root)), where the
+        operator image carries it.
     type: path
   detect_root:
     description:
@@ -264,7 +266,7 @@ def main():
     argument_spec["runtime"] = dict(type="str", choices=RUNTIMES)
     argument_spec["probe_image"] = dict(type="str")
     argument_spec["detect_root"] = dict(type="path")
-    argument_spec["capabilities"] = dict(type="bool", default=False)
+    argument_spec["capabilities"] = dict(type="bool", default=True)
     argument_spec["preload_source"] = dict(type="path")
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_gpustack(module)

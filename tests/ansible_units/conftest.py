@@ -12,7 +12,9 @@ repository's path to ``source_repo.txt`` beside this file; its ``operator/src`` 
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,7 +72,17 @@ def node_copy(fixture_host: Callable[[str], Path], tmp_path: Path) -> Callable[[
 
     def copy(name: str) -> Path:
         target = tmp_path / "nodes" / name
-        shutil.copytree(fixture_host(name), target, symlinks=True)
+        # leave out what a preflight run on the shared fixture staged onto it: a copy is the node as imaged
+        shutil.copytree(
+            fixture_host(name),
+            target,
+            symlinks=True,
+            ignore=lambda d, names: {
+                n
+                for n in names
+                if (n == "gpustack" and d.endswith("/var/lib")) or stat.S_ISCHR(os.lstat(os.path.join(d, n)).st_mode)
+            },
+        )
         return target
 
     return copy

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fresh_node
 from tests.tools import container_host as ch
 from tests.tools.container_host import PROBE_IMAGE, ContainerHost, preload_library
 
@@ -37,7 +37,7 @@ MI300X = FIXTURES / "mi300x-8x"
 
 def view_of(fixture: Path, tmp_path: Path) -> Path:
     view = tmp_path / "view"
-    shutil.copytree(fixture, view, symlinks=True)
+    shutil.copytree(fixture, view, symlinks=True, ignore=fresh_node)
     return view
 
 

@@ -103,27 +103,25 @@ def test_runtime_flag_and_probe_image_are_taken(kubeadm: Path) -> None:
     assert "probeImage" not in doc and "runtime" not in doc
 
 
-def test_probe_image_note_on_an_ok_group(tmp_path: Path) -> None:
+def test_the_probe_image_is_the_probes_and_a_probe_that_prints_nothing_is_no_pass(tmp_path: Path) -> None:
+    """The kubeadm node's nerdctl is an empty stand-in: the probes are started through it, in the
+    preflight namespace against the kubelet's socket, with --probe-image -- and a container that prints
+    nothing is unavailable, never a silent pass."""
     root = kn.kubeadm_node(copy_host("h100-sxm-8x", tmp_path))
     proc = run_cli(
-        "dm",
-        "preflight",
-        "--detect-root",
-        str(root),
-        "--host-root",
-        str(root),
-        "--manufacturer",
-        "nvidia",
-        "--probe-image",
-        "nvidia/cuda:12",
-    )
-    assert proc.returncode == 0, proc.stderr
+        "dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--manufacturer", "nvidia",
+        "--probe-image", "nvidia/cuda:12",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
     (group,) = yaml.safe_load(proc.stdout)["accelerators"]
     assert group["detection"]["state"] == "ok"
-    assert group["note"].startswith("only question 1 (detection) is answered by this version")
-    assert group["note"].endswith(
-        "the probe image nvidia/cuda:12 was accepted, but this version starts no probe container"
-    )
+    rows = [r for r in group["checks"] if r["capability"] == "sliced-runtime-loaded"]
+    assert rows and {r["state"] for r in rows} == {"unavailable"}
+    assert "printed no address map" in rows[0]["reason"]
+    command = rows[0]["command"]
+    assert command.startswith(f"/usr/sbin/chroot {root} nerdctl --address /var/run/containerd/containerd.sock")
+    assert "--namespace gpustack-preflight run --rm" in command and " nvidia/cuda:12 -c " in command
+    assert "--gpus device=GPU-" in command  # nerdctl's door to the NVIDIA hook
 
 
 def test_k3s_node(tmp_path: Path) -> None:

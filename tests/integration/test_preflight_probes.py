@@ -1,4 +1,4 @@
-"""Questions 2 and 3 end to end through the CLI (``dm preflight --capabilities``): the library staged
+"""Questions 2 and 3 end to end through the CLI (``dm preflight``): the library staged
 through the host root, the lock and the sweep around the probes, the probe argv, the evidence read
 back into rows, the emitted cases, and --dry-run writing nothing.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, make_enterable
+from tests.conftest import REPO, fresh_node, make_enterable
 
 FIXTURES = REPO / "tests/fixtures/hosts"
 
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
 CLI = REPO / ".venv/bin/gpustack-operator"
 
 DOCKER = r"""#!/bin/sh
-{ printf 'docker'; for a in "$@"; do printf ' %s' "$a"; done; printf '\n'; } >> /var/log/fake-docker.calls
+line=docker; for a in "$@"; do line="$line $a"; done
+printf '%s\n' "$line" >> /var/log/fake-docker.calls  # one write: two probes started together never interleave
 case "$1" in
   ps) [ -e /var/lib/fake-docker/ps ] && while read -r l; do echo "$l"; done < /var/lib/fake-docker/ps; exit 0 ;;
   rm) [ -e /var/lib/fake-docker/rm-fails ] && { echo "Error response from daemon: permission denied" >&2; exit 1; }
@@ -61,7 +62,7 @@ echo "gpustack-preflight-reader-end rc=0"
 @pytest.fixture
 def node(tmp_path: Path) -> Path:
     root = tmp_path / "node"
-    shutil.copytree(FIXTURES / "h100-sxm-8x", root, symlinks=True)
+    shutil.copytree(FIXTURES / "h100-sxm-8x", root, symlinks=True, ignore=fresh_node)
     make_enterable(root)
     (root / "usr/bin").mkdir(parents=True, exist_ok=True)
     (root / "usr/bin/docker").write_text(DOCKER)
@@ -90,7 +91,6 @@ def preflight(node: Path, *flags: str) -> tuple[int, dict[str, object], str]:
             str(node),
             "--host-root",
             str(node),
-            "--capabilities",
             "--runtime",
             "docker",
             *flags,
@@ -235,7 +235,6 @@ def test_no_runtime_on_the_host_emits_naming_what_was_probed(node: Path, source:
             str(node),
             "--host-root",
             str(node),
-            "--capabilities",
             "--preload-source",
             str(source),
         ],

@@ -1,9 +1,10 @@
 """Every fixture node's questions 2 and 3 against the spec's tables, row by row (supplement §2.7: the
 tier table, "The full table", the driver-read row meanings, the A5 rows; §1.5 depths).
 
-Each node is a tmp copy of its fixture, given what the real node has beside its sysfs: its device
-nodes (regular files standing for them, as the responders' own existence checks read them), and the
-operator image's preload-library tree as ``--preload-source``. The host has no container CLI, so every
+Each node is a tmp copy of its fixture with what the real node has beside its sysfs
+(tests/stubs/node_extras.py): its device nodes (regular files standing for them, as the responders'
+own existence checks read them), the operator image's preload-library tree in the node view (staged
+from there by default), the A5 runtime installer's record. The host has no container CLI, so every
 probe step is emitted (the probes themselves run in tests/integration/test_preflight_engine.py); the
 driver modes the established rows ask on are the vendor stand-ins' (tests/stubs), put straight back.
 What the seams must guarantee is checked on the stand-ins' own state: an Ascend container-share, a
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fresh_node
+from tests.stubs import node_extras
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the host root is entered with chroot")
 
@@ -27,57 +29,24 @@ FIXTURES = REPO / "tests/fixtures/hosts"
 CLI = REPO / ".venv/bin/gpustack-operator"
 
 
-def _drm(cards: int) -> list[str]:
-    return [f"/dev/dri/card{n}" for n in range(1, cards + 1)] + [
-        f"/dev/dri/renderD{127 + n}" for n in range(1, cards + 1)
-    ]
-
-
-# what /dev holds on each node (from its sysfs: one card/renderD pair per DRM device, one node per card)
-DEVICE_NODES: dict[str, list[str]] = {
-    "mi300x-8x": ["/dev/kfd", *_drm(8)],
-    "radeon-7800xt": ["/dev/kfd", *_drm(1)],
-    "hygon-k100": ["/dev/kfd", *_drm(4)],
-    "metax-c500": ["/dev/mxcd", *_drm(8)],
-    "mixed-cambricon-metax": ["/dev/mxcd", *_drm(2), "/dev/cambricon_dev0", "/dev/cambricon_dev1"],
-    "mlu370-x8": [f"/dev/cambricon_dev{n}" for n in range(8)],
-}
-# the operator image's preload-library tree (what staging copies from)
-IMAGE_TREE = [
-    "nvidia/cuda-12/libvgpu.so",
-    "ascend/cann-8-910b/libvruntime.so",
-    "ascend/cann-9-950/libvruntime.so",
-    "amd/libvrocm.so",
-    "amd/rocm-cumask-check",
-    "amd/rocm-monitor",
-    "iluvatar/libvgpu.so",
-]
 SLICED_ROWS = {"sliced-runtime-loaded", "sliced-quota-in-force"}
 MANAGEMENT_ROWS = {"sidecar-visibility", "co-tenancy"}
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("image") / "lib"
-    for rel in IMAGE_TREE:
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        (src / rel).write_text(f"stand-in for {rel}\n")
-    return src
-
-
 def node(name: str, tmp_path: Path) -> Path:
+    """A copy of the fixture node with its extras (tests/stubs/node_extras.py: device nodes, the image's
+    preload tree in the node view, installer records)."""
     root = tmp_path / name
-    shutil.copytree(FIXTURES / name, root, symlinks=True)
-    for dev in DEVICE_NODES.get(name, []):
-        (root / dev.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (root / dev.lstrip("/")).write_text("")
+    shutil.copytree(FIXTURES / name, root, symlinks=True, ignore=fresh_node)
+    node_extras.install(tmp_path)
     return root
 
 
-def preflight(root: Path, source: Path, *flags: str) -> tuple[int, list[dict[str, object]], str]:
+def preflight(root: Path, *flags: str) -> tuple[int, list[dict[str, object]], str]:
+    """The node's own preflight (the node view is the host root, as on the node itself); the library
+    tree is staged from the image's tree in that view (the default --preload-source)."""
     proc = subprocess.run(
-        [str(CLI), "dm", "preflight", "--detect-root", str(root), "--host-root", str(root), "--capabilities",
-         "--preload-source", str(source), *flags],
+        [str(CLI), "dm", "preflight", "--detect-root", str(root), "--host-root", str(root), *flags],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -127,12 +96,11 @@ def test_each_tier_row_by_row(
     count: int,
     driver_row: tuple[str, str, str] | None,
     container_tier: bool,
-    source: Path,
     tmp_path: Path,
 ) -> None:
     root = node(fixture, tmp_path)
     stand_ins = snapshot(root, "usr", "opt", "sys")  # vendor stand-in state (its fixture files) and sysfs
-    rc, groups, err = preflight(root, source, f"--manufacturer={manufacturer}")
+    rc, groups, err = preflight(root, f"--manufacturer={manufacturer}")
     (group,) = groups
     rows = by_capability(group)
     assert rc == 0, err
@@ -167,9 +135,9 @@ def test_each_tier_row_by_row(
     assert not (root / "var/lib/gpustack/operator/pods").exists()
 
 
-def test_a_partition_backed_accelerator_reports_the_management_rows_declared(source: Path, tmp_path: Path) -> None:
+def test_a_partition_backed_accelerator_reports_the_management_rows_declared(tmp_path: Path) -> None:
     root = node("a100-mig", tmp_path)
-    rc, (group,), err = preflight(root, source, "--manufacturer=nvidia")
+    rc, (group,), err = preflight(root, "--manufacturer=nvidia")
     mig_on = {r["accelerator"] for r in by_capability(group)["mig-partitioning"] if r["state"] == "ok"}
     assert mig_on, "the A100 fixture has MIG-on GPUs"
     for row in group["checks"]:
@@ -180,12 +148,11 @@ def test_a_partition_backed_accelerator_reports_the_management_rows_declared(sou
     assert rc == 0, err
 
 
-def test_the_a5_rows_on_every_accelerator_and_mode(source: Path, tmp_path: Path) -> None:
+def test_the_a5_rows_on_every_accelerator_and_mode(tmp_path: Path) -> None:
     root = node("ascend-950pr-v2", tmp_path)
     info = root / "usr/local/Ascend/Ascend-Docker-Runtime/ascend_docker_runtime_install.info"
-    info.parent.mkdir(parents=True, exist_ok=True)
-    info.write_text("version=v26.0.0\n")
-    rc, (group,), err = preflight(root, source, "--manufacturer=ascend")
+    assert info.read_text() == "version=v26.0.0\n"
+    rc, (group,), err = preflight(root, "--manufacturer=ascend")
     rows = by_capability(group)
     accelerators = {r["accelerator"] for r in rows["sidecar-visibility"]}
     for capability in ("ascend-docker-runtime", "hccl-ranktable"):
@@ -194,13 +161,13 @@ def test_the_a5_rows_on_every_accelerator_and_mode(source: Path, tmp_path: Path)
         assert {(r["state"], r["depth"]) for r in rows[capability]} == {("ok", "declared")}
     assert rc == 0, err
     info.write_text("version=v7.3.0\n")
-    rc, (group,), _ = preflight(root, source, "--manufacturer=ascend")
+    rc, (group,), _ = preflight(root, "--manufacturer=ascend")
     assert rc == 1 and {r["state"] for r in by_capability(group)["ascend-docker-runtime"]} == {"unavailable"}
 
 
-def test_dry_run_withholds_the_established_mode(source: Path, tmp_path: Path) -> None:
+def test_dry_run_withholds_the_established_mode(tmp_path: Path) -> None:
     root = node("ascend-910b-8x", tmp_path)
-    rc, (group,), _ = preflight(root, source, "--manufacturer=ascend", "--dry-run")
+    rc, (group,), _ = preflight(root, "--manufacturer=ascend", "--dry-run")
     share = by_capability(group)["container-share"]
     off = [r for r in share if r["state"] == "unavailable"]
     assert off and all("was not established: --dry-run withholds the ask" in r["reason"] for r in off)

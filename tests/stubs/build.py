@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.stubs import node_extras
+
 STUBS = Path(__file__).resolve().parent
 HOSTS = STUBS.parent / "fixtures" / "hosts"
 BUILD = STUBS.parent / ".build"
@@ -96,6 +98,7 @@ def build_all(hosts_dir: Path | None = None) -> list[Path]:
     for node in sorted((hosts_dir or HOSTS).iterdir()):
         if node.is_dir() and any((node / cli).exists() for cli in HOST_CLIS):
             install_shell(node)
+    node_extras.install(hosts_dir or HOSTS)  # device nodes, the image's library tree, installer records
     return installed
 
 

@@ -129,12 +129,11 @@ def run_preflight(
     probe_image: str | None = None,
     *,
     host_root: str | None = CONTAINER_HOST_ROOT,
-    capabilities: bool = False,
+    capabilities: bool = True,
     preload_source: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """The preflight report: question 1, and (``capabilities``: ``--capabilities``; opt-in until the fixture
-    fleet carries what a real node does, docs/preflight.md) questions 2 and 3
+    """The preflight report: question 1, and (``capabilities``, the default) questions 2 and 3
     (preflight/capability.py: driver-read rows, the synthetic allocation through the allocator's own
     responder, the probes; the lock, the stale sweep and the library staging around them).
     ``preload_source`` is the preload-library tree staging copies from (``--preload-source``; default the
@@ -179,9 +178,19 @@ def run_preflight(
         view=view,
         settings=req.settings if capabilities else None,
         dry_run=dry_run,
-        preload_source=preload_source or DEFAULT_SOURCE,
+        preload_source=preload_source or image_tree(view, DEFAULT_SOURCE),
         progress=progress,
     )
+
+
+def image_tree(view: HostRoot, path: str) -> str:
+    """The operator image's preload tree in the container's own view (the node view the detect pass
+    reads: ``/`` in production); a path that cannot be resolved inside it names the view's lexical
+    path, which staging then reports as absent."""
+    try:
+        return str(view.path(path))
+    except Exception:  # a hostile view (a loop, an escaping link) is staging's "not there"
+        return str(view.root / path.lstrip("/"))
 
 
 def monitor(req: Request) -> dict[str, object]:

@@ -248,8 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     pre = sub.add_parser(
         "preflight",
         help="which accelerators this node can serve (exit 1 only for an unavailable answer)",
-        description="Answer, per manufacturer, whether its devices are detected; print one YAML "
-        "document. Exits 1 only when an answer is unavailable.",
+        description="Answer, per manufacturer, the three questions: are its devices detected, can they be "
+        "sliced (the driver-read row, then a probe container granted a slice), can they be managed while "
+        "sliced (sidecar visibility, co-tenancy); print one YAML document. Exits 1 only when an answer is "
+        "unavailable. Without --dry-run it stages the preload-library tree onto the host, takes the node's "
+        "preflight lock, sweeps containers an earlier run left behind and starts the probes.",
     )
     _add_common(pre, host_root_alias=False)
     pre.add_argument(
@@ -277,18 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
         "AMD; required for Hygon and T-Head, whose slice rows otherwise stop at simulated; for air-gapped use)",
     )
     pre.add_argument(
-        "--capabilities",
-        action="store_true",
-        help="also answer questions 2 and 3 (can they be sliced, can they be managed while sliced): the "
-        "driver-read rows, the allocator's own injection, and the probe containers -- with the lock, the "
-        "stale-container sweep and the library staging they need (see --dry-run)",
-    )
-    pre.add_argument(
         "--preload-source",
         metavar="PATH",
         default=None,
         help="the preload-library tree staged onto the host's /var/lib/gpustack/operator/lib (a directory or "
-        "a .tar[.gz|.xz], read in this container; default /opt/gpustack/lib, where the operator image carries it)",
+        "a .tar[.gz|.xz] in this process's filesystem; default /opt/gpustack/lib of the node view, where the "
+        "operator image carries it)",
     )
     _add_serve(sub)
     return parser
@@ -598,7 +595,6 @@ def _run(args: argparse.Namespace, req: api.Request) -> int:
             runtime=args.runtime,
             probe_image=args.probe_image,
             host_root=args.host_root,
-            capabilities=args.capabilities,
             preload_source=args.preload_source,
             progress=_progress(),
         )

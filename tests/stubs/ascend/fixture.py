@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.conftest import host
+from tests.conftest import fresh_node, host
 from tests.stubs.build import compile_stub
 
 LIB = "usr/local/Ascend/driver/lib64/driver/libdcmi.so"
@@ -25,7 +25,7 @@ def copy_host(name: str, dest: Path) -> Path:
     as one library, and the stand-in finds its data through its own path).
     """
     target = dest / name
-    shutil.copytree(host(name), target, symlinks=True, copy_function=os.link)
+    shutil.copytree(host(name), target, symlinks=True, copy_function=os.link, ignore=fresh_node)
     for file in (target / "usr/local/Ascend").rglob("*"):
         if file.is_file() and not file.is_symlink():
             private = file.with_name(file.name + ".private")

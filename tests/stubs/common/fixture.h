@@ -81,16 +81,41 @@ static __attribute__((unused)) long kv_dev_int(int dev, const char *field, long 
     return v ? strtol(v, NULL, 0) : dflt;
 }
 
+/* Write the store back in the file's own layout: every line as it was (comments, blank lines, order)
+ * with each key's value replaced by the current one, keys removed from the store dropped and keys the
+ * file did not have appended -- so a
+ * state change put back leaves the fixture byte for byte as it was (a tracked fixture stays clean). */
 static __attribute__((unused)) int kv_save(void) {
-    FILE *fh;
-    int i;
+    FILE *in, *fh;
+    char tmp[4200], line[512];
+    int i, seen[KV_MAX];
     kv_locate();
-    fh = fopen(kv_path, "w");
+    memset(seen, 0, sizeof seen);
+    snprintf(tmp, sizeof tmp, "%s.tmp", kv_path);
+    fh = fopen(tmp, "w");
     if (!fh) return -1;
-    fputs("# rewritten by the stand-in library after a state change\n", fh);
-    for (i = 0; i < kv_n; i++) fprintf(fh, "%s=%s\n", kv_keys[i], kv_vals[i]);
+    in = fopen(kv_path, "r");
+    while (in && fgets(line, sizeof line, in)) {
+        char *eq = strchr(line, '=');
+        int done = 0;
+        if (line[0] != '#' && eq) {
+            size_t klen = (size_t)(eq - line);
+            for (i = 0; i < kv_n; i++) {
+                if (strlen(kv_keys[i]) == klen && strncmp(kv_keys[i], line, klen) == 0) {
+                    fprintf(fh, "%s=%s\n", kv_keys[i], kv_vals[i]);
+                    seen[i] = done = 1;
+                    break;
+                }
+            }
+        }
+        /* a comment or blank line is kept; a key the store no longer has (removed) is dropped */
+        if (!done && (line[0] == '#' || !eq)) fputs(line, fh);
+    }
+    if (in) fclose(in);
+    for (i = 0; i < kv_n; i++)
+        if (!seen[i]) fprintf(fh, "%s=%s\n", kv_keys[i], kv_vals[i]);
     fclose(fh);
-    return 0;
+    return rename(tmp, kv_path);
 }
 
 static __attribute__((unused)) int kv_set_dev(int dev, const char *field, const char *value) {

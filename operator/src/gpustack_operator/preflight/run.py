@@ -1,10 +1,8 @@
-"""Running preflight: today question 1 (are the devices detected), reusing the detect pass, plus the
-``network`` and ``topology`` sections and the container-runtime resolution (supplement §2.4, §2.8).
-
-Questions 2 and 3 (slicing, management while sliced) are answered by later stages; until then each
-group says so in its note rather than leaving an empty list that reads as a pass. No container is
-started by this version, so the resolved runtime and a ``--probe-image`` are recorded on the report
-for its callers, and the notes say plainly that no probe ran.
+"""Running preflight: question 1 (are the devices detected), reusing the detect pass, then questions 2
+and 3 (:mod:`.capability`, :mod:`.probe`) with the lock, the stale sweep and the library staging around
+them, plus the ``network`` and ``topology`` sections and the container-runtime resolution (supplement
+§2.4-§2.8). With capabilities off (the module's ``capabilities: false``) each group's note says only
+question 1 was asked, rather than leaving an empty list that reads as a pass.
 """
 
 from __future__ import annotations
@@ -75,10 +73,10 @@ NOTE_DETECTION_FAILED = (
     "report cannot identify -- the detection reason above is the one to fix"
 )
 NOTE_NOT_YET_ASKED = (
-    "only question 1 (detection) is answered by this version; whether these accelerators can be "
+    "only question 1 (detection) was asked (capabilities off); whether these accelerators can be "
     "sliced, and managed while sliced, was not checked"
 )
-NOTE_PROBE_IMAGE = "the probe image {image} was accepted, but this version starts no probe container"
+NOTE_PROBE_IMAGE = "the probe image {image} was accepted, but no probe was started (capabilities off)"
 
 
 def now() -> str:
@@ -217,8 +215,6 @@ def preflight_group(
         note = NOTE_NOT_YET_ASKED
         if capability is not None and isinstance(outcome, Detected):
             rows, note = capability_rows(manufacturer, capability, outcome.groups)
-            if probe_image is not None:
-                note += "; " + NOTE_PROBE_IMAGE.format(image=probe_image)
             return Group(
                 manufacturer=manufacturer, timestamp=now(), detection=detection, checks=rows or None, note=note
             )
