@@ -177,3 +177,32 @@ def test_amd_slices_get_exactly_their_device_nodes(container_host: ContainerHost
     assert {(r["state"], r["depth"]) for r in checks(doc, "co-tenancy")} == {("ok", "measured")}
     assert rc == 0, err
     assert host.containers() == []
+
+
+ASCEND = FIXTURES / "ascend-910b-8x"
+
+
+@pytest.mark.parametrize("container_host", [ASCEND], indirect=True)
+def test_ascend_slices_read_their_npu_info_config_in_real_containers(
+    container_host: ContainerHost, tmp_path: Path
+) -> None:
+    """The Ascend probe: handed to the vendor runtime (--runtime ascend; the stand-in is runc), the cap in
+    the rendered npu_info.config the injection mounts, read back by the probe image's enpu-monitor."""
+    host = container_host
+    view = view_of(ASCEND, tmp_path)
+    src = source(tmp_path, {"ascend/cann-8-910b/libvruntime.so": True})
+
+    rc, doc, err = run(argv(view, host, src, "ascend"))
+
+    quota = checks(doc, "sliced-quota-in-force")
+    assert len(quota) == 8, err
+    assert {(r["state"], r["depth"]) for r in quota} == {("ok", "measured")}, quota[0]
+    assert "the cap the injection set (npu_info.config, key memory-quota)" in quota[0]["detail"]
+    loaded = checks(doc, "sliced-runtime-loaded")[0]
+    assert loaded["state"] == "ok" and "libvruntime.so" in loaded["evidence"]
+    assert "--runtime ascend" in loaded["command"] and "--privileged" not in loaded["command"]
+    assert {(r["state"], r["depth"]) for r in checks(doc, "co-tenancy")} == {("ok", "measured")}
+    # container-share was asked on where off and put straight back, on every NPU
+    assert {r["state"] for r in checks(doc, "container-share")} == {"ok"}
+    assert rc == 0, err
+    assert host.containers() == []

@@ -175,3 +175,22 @@ def test_dry_run_withholds_the_established_mode(tmp_path: Path) -> None:
     sliced = {r["accelerator"]: r for r in by_capability(group)["sliced-quota-in-force"]}
     assert all("not established by this pass" in sliced[r["accelerator"]]["reason"] for r in off)
     assert rc == 1
+
+
+def test_thead_partitioned_and_sliced_ppus_each_get_their_own_rows(tmp_path: Path) -> None:
+    """T-Head (full tier, no default probe image): a PPU with MIG profiles reports the two management rows
+    at declared and no sliced rows; the others the sliced rows at simulated, naming --probe-image."""
+    root = node("thead-ppu", tmp_path)
+    rc, (group,), err = preflight(root, "--manufacturer=thead")
+    rows = by_capability(group)
+    partitioned = {r["accelerator"] for r in rows["mig-partitioning"] if r["state"] == "ok"}
+    sliced = {r["accelerator"] for r in rows["mig-partitioning"] if r["state"] == "not-declared"}
+    assert partitioned and sliced and not partitioned & sliced
+    for capability in MANAGEMENT_ROWS:
+        for row in rows[capability]:
+            expected = ("declared", "partitioned") if row["accelerator"] in partitioned else ("simulated",)
+            assert (row["depth"], row["mode"])[: len(expected)] == expected and row["state"] == "ok"
+    for capability in SLICED_ROWS:
+        assert {r["accelerator"] for r in rows[capability]} == sliced
+        assert all(r["state"] == "ok" and "--probe-image" in r["detail"] for r in rows[capability])
+    assert rc == 0, err
