@@ -103,7 +103,10 @@ def test_runtime_and_probe_image_are_passed_through(ansible_env: dict[str, str],
     report = res["report"]
     assert isinstance(report, dict)
     (nvidia,) = [g for g in report["accelerators"] if g["manufacturer"] == "nvidia"]
-    assert "the probe image nvidia/cuda:12 was accepted, but this version starts no probe container" in nvidia["note"]
+    # ctr never starts a probe: each probe step is emitted, rewritten for nerdctl, with the probe image
+    row = next(r for r in nvidia["checks"] if r["capability"] == "sliced-quota-in-force")
+    assert row["depth"] == "simulated" and "ctr never starts a probe" in row["detail"]
+    assert " nerdctl " in row["command"] and " nvidia/cuda:12 -c " in row["command"]
 
 
 def test_a_runtime_the_host_lacks_says_every_step_would_be_emitted(

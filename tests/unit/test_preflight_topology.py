@@ -220,7 +220,7 @@ def test_summary_is_compact(tmp_path: Path) -> None:
     }
 
 
-def test_probe_image_is_recorded_and_the_note_says_no_probe_ran() -> None:
+def test_with_capabilities_off_the_note_says_no_probe_ran() -> None:
     from gpustack_operator.ledger.models import DevicesGroup
     from gpustack_operator.manufacturers.base import Detected
     from gpustack_operator.preflight.imageref import parse_image_ref
@@ -235,7 +235,7 @@ def test_probe_image_is_recorded_and_the_note_says_no_probe_ran() -> None:
     )
     note = preflight_group("nvidia", Detected([group]), probe_image=parse_image_ref("ubuntu:24.04")).note or ""
     assert note.startswith(NOTE_NOT_YET_ASKED)
-    assert note.endswith("the probe image ubuntu:24.04 was accepted, but this version starts no probe container")
+    assert note.endswith("the probe image ubuntu:24.04 was accepted, but no probe was started (capabilities off)")
 
 
 def test_unusable_root_report_is_not_read_and_resolves_nothing(tmp_path: Path) -> None:

@@ -63,7 +63,11 @@ NINE = ["amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", 
 def test_fixture_trees_are_copied_exactly_symlinks_included(host):
     for root, fixture, tool, left_out in NODES.values():
         inside = listing(host.check_output(LISTING.format(root=root)))
-        expected = {e for e in controller_listing(HOSTS / fixture) if e[0] not in left_out}
+        expected = {
+            e
+            for e in controller_listing(HOSTS / fixture)
+            if e[0] not in left_out and not e[0].startswith("var/lib/gpustack")  # staged on the shared tree
+        }
         added = set(SHELL)
         if fixture_cli(fixture, tool) is None:
             added |= {("usr", "d", ""), ("usr/bin", "d", ""), (f"usr/bin/{tool}", "f", "")}
@@ -108,10 +112,19 @@ def test_detection_in_the_container_is_the_controllers(host):
     assert inside["node"]["labels"] == outside["node"]["labels"]
 
 
-def test_preflight_left_every_node_untouched(host):
-    now = host.check_output("find /host /hosts -printf '%p %y %s %m %T@ %l\\n' | LC_ALL=C sort")
+# the host writes a run keeps (supplement §2.5): the staged library tree and the lock file
+KEPT = re.compile(r"^/hosts?(/[^/ ]+)?/var/lib/gpustack(/operator(/lib(/.*)?|/preflight(/lock)?)?)? ")
+
+
+def test_preflight_wrote_only_the_specs_host_writes(host):
+    """Every node as it was, but for what the spec lets a run keep: the library tree it staged and the
+    lock. Its rendered files are gone, a mode it asked on was put back (same bytes), nothing else."""
+    now = host.check_output("find /host /hosts -printf '%p %y %s %m %l\\n' | LC_ALL=C sort")
     before = host.file("/root/host-roots.manifest").content_string
-    assert now.strip() == before.strip()
+    after = [line for line in now.strip().splitlines() if not KEPT.match(line)]
+    assert after == [line for line in before.strip().splitlines() if not KEPT.match(line)]
+    assert not [line for line in now.splitlines() if "/var/lib/gpustack/operator/pods" in line]
+    assert not [line for line in now.splitlines() if "/operator/preflight/render-" in line]
 
 
 # -- on the controller ----------------------------------------------------------------------------
@@ -128,7 +141,7 @@ def groups(doc, name):
 
 
 def normalized(value, root):
-    """Timestamps dropped, the node's root path made neutral."""
+    """Timestamps dropped, the node's root path and the run's render directory made neutral."""
     if isinstance(value, dict):
         return {k: normalized(v, root) for k, v in value.items() if k != "timestamp"}
     if isinstance(value, list):
@@ -137,7 +150,9 @@ def normalized(value, root):
         return value
     # the root as a path of its own: "/host/proc/1", "chroot /host nvidia-smi" -- not the "/:/host"
     # of a docker -v example in a note, which names the mount point rather than this node's root
-    return re.sub(r"(?<![:\w])" + re.escape(root) + r"(?![\w.-])", "<root>", value)
+    value = re.sub(r"(?<![:\w])" + re.escape(root) + r"(?![\w.-])", "<root>", value)
+    # the responder's per-run render directory a probe command names (render-<pid>-<random>/...)
+    return re.sub(r"/var/lib/gpustack/operator/preflight/render-[^\s:]+", "<render>", value)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +180,7 @@ def replica(tmp_path_factory):
         make_enterable(local)
         wanted = fleet.get(name, {}).get("gpustack_manufacturers")
         only = ["--manufacturer", ",".join(wanted)] if wanted else []
-        proc = cli("dm", "preflight", "--detect-root", str(local), "--host-root", str(local), *only)
+        proc = cli("dm", "preflight", "--detect-root", str(local), "--host-root", str(local), "--dry-run", *only)
         assert proc.returncode in (0, 1), proc.stderr
         result[name] = (proc.returncode, yaml.safe_load(proc.stdout), str(local))
     return result
