@@ -80,7 +80,8 @@ def source(tmp_path: Path) -> Path:
     return src
 
 
-def preflight(node: Path, *flags: str) -> tuple[int, dict[str, object], str]:
+def preflight(node: Path, *flags: str, runtime: str | None = "docker") -> tuple[int, dict[str, object], str]:
+    """``dm preflight`` on the node (``runtime``: ``--runtime``; ``None`` resolves it from the host)."""
     proc = subprocess.run(
         [
             str(CLI),
@@ -91,8 +92,7 @@ def preflight(node: Path, *flags: str) -> tuple[int, dict[str, object], str]:
             str(node),
             "--host-root",
             str(node),
-            "--runtime",
-            "docker",
+            *(["--runtime", runtime] if runtime else []),
             *flags,
         ],
         capture_output=True,
@@ -225,26 +225,8 @@ def test_a_tree_that_cannot_be_staged_emits_naming_it(node: Path, tmp_path: Path
 
 def test_no_runtime_on_the_host_emits_naming_what_was_probed(node: Path, source: Path) -> None:
     (node / "usr/bin/docker").unlink()
-    proc = subprocess.run(
-        [
-            str(CLI),
-            "dm",
-            "preflight",
-            "--manufacturer=nvidia",
-            "--detect-root",
-            str(node),
-            "--host-root",
-            str(node),
-            "--preload-source",
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    doc = yaml.safe_load(proc.stdout)
+    rc, doc, _ = preflight(node, "--preload-source", str(source), runtime=None)
     row = rows(doc, "sliced-quota-in-force")[0]
-    assert proc.returncode == 0 and row["depth"] == "simulated" and "emitted" in row["detail"]
+    assert rc == 0 and row["depth"] == "simulated" and "emitted" in row["detail"]
     assert "no container runtime can be driven on this host" in row["detail"]
     assert not (node / "var/lib/gpustack/operator/preflight/lock").exists()  # nothing to guard: no lock

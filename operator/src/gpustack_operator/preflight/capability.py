@@ -811,23 +811,19 @@ def _probe_one(  # noqa: PLR0917
         )
     evidence = probe.parse_evidence(ran.stdout)
     libraries = probe.preloaded(injection, sim.ctx.host.read_text) or []
+
+    def measured(state: State, words: str) -> Check:
+        return _row(acc, "sliced-runtime-loaded", SLICED, state, Depth.MEASURED, words)
+
     if traits.record is not None:  # Hygon: the driver's per-slice record, not the address space
         if evidence.figures:
-            loaded = _row(
-                acc,
-                "sliced-runtime-loaded",
-                SLICED,
+            loaded = measured(
                 State.OK,
-                Depth.MEASURED,
                 f"the driver recorded a slicing instance for the probe under {traits.record}",
             )
         else:
-            loaded = _row(
-                acc,
-                "sliced-runtime-loaded",
-                SLICED,
+            loaded = measured(
                 State.UNAVAILABLE,
-                Depth.MEASURED,
                 f"no per-slice record appeared under {traits.record} for the probe, so the slice was not "
                 "established (check the image has mkdir, and that /opt/dtk carries BandwidthTest)",
             )
@@ -836,33 +832,21 @@ def _probe_one(  # noqa: PLR0917
         mapped = set(evidence.maps or [])
         missing = [lib for lib in libraries if lib not in mapped]
         if evidence.maps is None:
-            loaded = _row(
-                acc,
-                "sliced-runtime-loaded",
-                SLICED,
+            loaded = measured(
                 State.UNAVAILABLE,
-                Depth.MEASURED,
                 "the probe printed no address map (its image lacks sh or cat?), so whether the slicing runtime "
                 "loaded is not known",
             )
         elif not libraries or missing:
             what = ", ".join(missing) if missing else "no library at all (the preload file was empty)"
-            loaded = _row(
-                acc,
-                "sliced-runtime-loaded",
-                SLICED,
+            loaded = measured(
                 State.UNAVAILABLE,
-                Depth.MEASURED,
                 f"the slicing runtime is not in the container's address space: {what} -- the container started "
                 "without its limiter, which is a whole accelerator nobody asked for",
             )
         else:
-            loaded = _row(
-                acc,
-                "sliced-runtime-loaded",
-                SLICED,
+            loaded = measured(
                 State.OK,
-                Depth.MEASURED,
                 "every shared object the injection preloads is in the container's address space: "
                 + ", ".join(libraries),
             )
