@@ -12,7 +12,13 @@ the tree, resolving each component the way the kernel would inside a ``chroot`` 
 * more than 40 links in one walk is ``ELOOP``, as in the kernel.
 
 Reads are capped (sysfs files are small; the spec caps interface reads at 64 KiB) so a garbled or
-hostile file cannot exhaust memory.
+hostile file cannot exhaust memory. Every read opens the resolved file non-blocking, without following
+a link and close-on-exec, and refuses anything ``fstat`` does not call a regular file: a FIFO planted
+where ``/proc/cpuinfo`` or a configuration file is expected would otherwise block the open (and the
+pass, or the allocation lock held around it) until a writer appears, and a character device would be
+read as if it were the file. sysfs and procfs attributes are regular files, so nothing real is lost.
+This is the one guarded reader: code that reads a host file goes through :meth:`HostRoot.read_bytes`,
+:meth:`HostRoot.read_text` or :meth:`HostRoot.read_optional`, never ``open()``.
 
 A ``HostRoot`` is a view for one pass: it remembers what each path component is (file, directory or
 link and its target), because a detection pass resolves the same sysfs prefixes thousands of times.
@@ -26,11 +32,16 @@ import errno
 import os
 import shutil
 import stat
+import tempfile
 from collections import deque
 from pathlib import Path
 
 MAX_SYMLINKS = 40
 DEFAULT_READ_LIMIT = 64 * 1024
+_CHUNK = 64 * 1024
+# The last component is resolved already (canonical()), so a link there now is one planted since: refused.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+_ATTRIBUTE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 
 
 class HostRootError(Exception):
@@ -46,6 +57,32 @@ class HostPathError(OSError):
 
     def __str__(self) -> str:
         return f"{self.host_path}: {self.strerror}"
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words: ``"a FIFO (named pipe)"``, ``"a directory"``, ..."""
+    for test, words in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return words
+    return "a special file"
+
+
+def not_regular(host_path: str, mode: int) -> HostPathError:
+    """The error for a host path that is there but is no regular file (``EISDIR`` for a directory,
+    ``EINVAL`` otherwise), naming what it is."""
+    err = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+    return HostPathError(
+        host_path,
+        err,
+        f"{file_kind(mode)}, not a regular file, so it was not read (replace it with the file expected there)",
+    )
 
 
 # Named for every caller: the CLI flag, the modules' option and the inventory variable behind it.
@@ -193,20 +230,59 @@ class HostRoot:
         except HostPathError:
             return False
 
-    def read_text(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> str:
-        """Read a (small) text file; raises :class:`HostPathError` naming the host path."""
-        disk = self._disk(host_path)
+    def _open(self, host_path: str, disk: str, flags: int) -> int:
+        """Open ``disk`` (what ``host_path`` resolved to) with ``flags`` -- non-blocking, never
+        following a link -- and make sure it is a regular file; raises :class:`HostPathError`."""
         try:
-            with open(disk, "rb") as fh:
-                data = fh.read(limit + 1)
+            fd = os.open(disk, flags)
+        except OSError as exc:
+            err = exc.errno or errno.EIO
+            mode = stat.S_IFREG
+            if err in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP, errno.EISDIR, errno.ELOOP):
+                with contextlib.suppress(OSError):  # a socket, a device with no driver, ...: say which
+                    mode = os.lstat(disk).st_mode
+            if not stat.S_ISREG(mode):
+                raise not_regular(host_path, mode) from None
+            raise HostPathError(host_path, err) from None
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as exc:
+            os.close(fd)
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise not_regular(host_path, mode)
+        return fd
+
+    def read_bytes(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+        """A (small) regular file's bytes, at most ``limit``; raises :class:`HostPathError` naming the
+        host path: absent, unreadable, larger than ``limit`` (``EFBIG``), or not a regular file (a FIFO,
+        a socket, a device, a directory -- refused at once, never waited on)."""
+        fd = self._open(host_path, self._disk(host_path), _READ_FLAGS)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while size <= limit:
+                chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
         except OSError as exc:
             raise HostPathError(host_path, exc.errno or errno.EIO) from None
-        if len(data) > limit:
+        finally:
+            os.close(fd)
+        if size > limit:
             raise HostPathError(host_path, errno.EFBIG, f"larger than the {limit}-byte read cap")
-        return data.decode("utf-8", errors="replace")
+        return b"".join(chunks)
+
+    def read_text(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> str:
+        """:meth:`read_bytes` decoded as UTF-8 (an undecodable byte becomes U+FFFD)."""
+        return self.read_bytes(host_path, limit).decode("utf-8", errors="replace")
 
     def read_optional(self, host_path: str, limit: int = DEFAULT_READ_LIMIT) -> str | None:
-        """Like :meth:`read_text`, but an absent file is ``None`` (other failures still raise)."""
+        """Like :meth:`read_text`, but an absent file is ``None`` (other failures still raise, a
+        non-regular file among them: it is there, and it is not the file)."""
         try:
             return self.read_text(host_path, limit)
         except HostPathError as exc:
@@ -249,20 +325,38 @@ class HostRoot:
             self._forget()
 
     def write_text(self, host_path: str, text: str, mode: int = 0o644) -> None:
-        """Write a file atomically (a temporary file renamed over it) inside the root."""
+        """Write a file atomically inside the root: a fresh temporary file beside it (created
+        exclusively, never through a link planted at its name) renamed over it."""
         disk = self._disk(host_path)
-        tmp = f"{disk}.tmp-{os.getpid()}"
+        directory, _, name = disk.rpartition("/")
+        tmp: str | None = None
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
+            fd, tmp = tempfile.mkstemp(prefix=f"{name}.tmp-", dir=directory or "/")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            os.chmod(tmp, mode)
+                os.fchmod(fh.fileno(), mode)
             os.replace(tmp, disk)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise HostPathError(host_path, exc.errno or errno.EIO) from None
         finally:
             self._forget()
+
+    def write_attribute(self, host_path: str, text: str) -> None:
+        """Write an existing regular file in place (a sysfs control attribute cannot be replaced by a
+        rename): opened non-blocking without creating it, and refused unless it is a regular file --
+        a FIFO at the path is an error at once, never a write that waits for a reader."""
+        fd = self._open(host_path, self._disk(host_path), _ATTRIBUTE_FLAGS)
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data) :]
+        except OSError as exc:
+            raise HostPathError(host_path, exc.errno or errno.EIO) from None
+        finally:
+            os.close(fd)
 
     def remove_tree(self, host_path: str) -> None:
         """Remove a file or directory tree inside the root (absent is fine)."""
