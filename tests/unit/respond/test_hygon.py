@@ -177,10 +177,74 @@ def test_a_corrupt_neighbour_fails_closed(tmp_path: Path, text: str) -> None:
     assert not vdev_file(root).exists()
 
 
+# Reference rules §9 "a corrupt neighbouring config fails the allocation closed": configs that each
+# parse but contradict each other or their card. DCU 0 is 0000:01:00.0, DCU 1 0000:21:00.0, 120 CUs each.
+CORRUPT_SETS = [
+    pytest.param(
+        [("a", vdev.Vdev("0000:01:00.0", 0b1, 1, 1, 0, 7, 0)), ("b", vdev.Vdev("0000:21:00.0", 0b1, 1, 1, 1, 7, 0))],
+        "both name vdev_id 7, which is unique on the node",
+        id="one-vdev-id-twice",
+    ),
+    pytest.param(
+        [("a", vdev.Vdev("0000:01:00.0", 1 << 125, 1, 1, 0, 0, 0))],
+        "its cu_mask names CU 125, past the 120 CUs of DCU 0000:01:00.0",
+        id="mask-past-the-card",
+    ),
+    pytest.param(
+        [("a", vdev.Vdev("0000:21:00.0", 1 << 120, 1, 1, 1, 0, 0))],  # on the other card: checked too
+        "its cu_mask names CU 120, past the 120 CUs of DCU 0000:21:00.0",
+        id="mask-past-another-card",
+    ),
+    pytest.param(
+        [("a", vdev.Vdev("0000:01:00.0", 0b01, 1, 1, 0, 0, 3)), ("b", vdev.Vdev("0000:01:00.0", 0b10, 1, 1, 0, 1, 3))],
+        "both name pipe_id 3 on DCU 0000:01:00.0",
+        id="one-pipe-id-twice-on-a-card",
+    ),
+    pytest.param(
+        [("a", vdev.Vdev("0000:01:00.0", 0b11, 2, 1, 0, 0, 0)), ("b", vdev.Vdev("0000:01:00.0", 0b10, 1, 1, 0, 1, 1))],
+        "both hold CU 1 of DCU 0000:01:00.0",
+        id="one-cu-twice-on-a-card",
+    ),
+]
+
+
+@pytest.mark.parametrize(("configs", "why"), CORRUPT_SETS)
+def test_contradicting_neighbours_fail_closed_naming_the_files(
+    tmp_path: Path, configs: list[tuple[str, vdev.Vdev]], why: str
+) -> None:
+    root = make_node(tmp_path)
+    for uid, config in configs:
+        write_neighbour(root, uid, config.render())
+    group = group_of(root, "hygon")
+    for index in (0, 1):  # whichever DCU the slice is for: the node's ids are unknown
+        with pytest.raises(RefusedError) as err:
+            RESPONDER.respond(sliced(group, index, 10), context(root))
+        message = err.value.message
+        assert why in message
+        for uid, _ in configs:
+            assert f"/{PODS}/{uid}/main/hygon-vdev/vdev0.conf" in message
+        assert "remove the file if its pod is gone, or delete the pod that holds it" in message
+        assert not vdev_file(root).exists()
+
+
+@pytest.mark.parametrize(("configs", "why"), CORRUPT_SETS)
+def test_a_corrupt_set_of_finished_pods_holds_nothing(
+    tmp_path: Path, configs: list[tuple[str, vdev.Vdev]], why: str
+) -> None:
+    """Only live slices are neighbours: the allocator's ``live_pods`` leaves the finished ones out."""
+    root = make_node(tmp_path)
+    for uid, config in configs:
+        write_neighbour(root, uid, config.render())
+    ctx = dataclasses.replace(context(root), live_pods=frozenset({"pod-a"}))
+    RESPONDER.respond(sliced(group_of(root, "hygon"), 0, 10), ctx)
+    assert vdev.parse(vdev_file(root).read_text()) == vdev.Vdev("0000:01:00.0", (1 << 12) - 1, 12, 16380, 0, 0, 0)
+
+
 def test_vdev_id_exhaustion_is_refused(tmp_path: Path) -> None:
     root = make_node(tmp_path)
-    for i in range(vdev.MAX_VDEV_ID):  # 200 one-CU slices on cards this node does not have
-        write_neighbour(root, f"p{i}", vdev.Vdev(f"0000:{0x80 + i // 20:02x}:00.0", 1, 1, 1, 0, i, i % 20).render())
+    for i in range(vdev.MAX_VDEV_ID):  # 200 one-CU slices, 20 a card, on cards this node does not have
+        bus = f"0000:{0x80 + i // 20:02x}:00.0"
+        write_neighbour(root, f"p{i}", vdev.Vdev(bus, 1 << i % 20, 1, 1, 0, i, i % 20).render())
     with pytest.raises(RefusedError) as err:
         RESPONDER.respond(sliced(group_of(root, "hygon"), 0, 10), context(root))
     assert "every vdev_id (0-199)" in err.value.message

@@ -104,6 +104,7 @@ from gpustack_operator.manufacturers.respond import (
     RespondContext,
     Responder,
     SliceBudget,
+    live_slice_pods,
 )
 
 log = logging.getLogger(__name__)
@@ -301,14 +302,25 @@ class Allocator:
         if family is None or family in (Family.VISIBILITY, Family.PARTITIONED) or size <= 0:
             return []
         with self._lock:
+            pods = self._hint_pods()
+            if pods is not None and self._mark_finished(pods):
+                self._bump()  # the room Allocate will read: a finished Pod's claims stop charging now
             rooms = self._rooms()
             card_of = self._card_lookup(available, must_include)
             if family is Family.EXCLUSIVE:
                 return placement.preferred_exclusive(available, must_include, size, rooms=rooms, card_of=card_of)
             if family is Family.SHARED:
                 return placement.preferred_shared(available, must_include, size, rooms=rooms, card_of=card_of)
-            units = self._hint_units(resource, size)
+            units = self._hint_units(resource, size, pods)
             return placement.preferred_sliced(available, must_include, size, rooms=rooms, card_of=card_of, units=units)
+
+    def _hint_pods(self) -> list[PodSpec] | None:
+        """The node's Pods for a hint; ``None`` when they cannot be read (the hint then reads the
+        ledger as the last call left it)."""
+        try:
+            return list(self._pods.node_pods())
+        except PodsUnavailableError:
+            return None
 
     def _rooms(self, exclude: ClaimKey | None = None) -> dict[str, placement.CardRoom]:
         return {
@@ -345,12 +357,10 @@ class Allocator:
             self._token_cards[token] = card
         return card
 
-    def _hint_units(self, resource: str, size: int) -> dict[str, int | None] | None:
+    def _hint_units(self, resource: str, size: int, pods: list[PodSpec] | None) -> dict[str, int | None] | None:
         """The units the container the hint is for needs, per accelerator (its VRAM decides them when
         it requests no ``.sliced.units``); ``None`` when it cannot be identified."""
-        try:
-            pods = self._pods.node_pods()
-        except PodsUnavailableError:
+        if pods is None:
             return None
         placeholder = [f"?{i}" for i in range(size)]
         try:
@@ -387,6 +397,7 @@ class Allocator:
         with self._lock:
             pods = self._node_pods()
             self._sync(pods)
+            ctx = self._call_context(pods)
             targets = ident.identify(
                 resource,
                 [list(ids) for ids in requests],
@@ -400,7 +411,7 @@ class Allocator:
             injections = []
             try:
                 for ids, target in zip(requests, targets, strict=True):
-                    injection, undo = self._allocate_one(family, list(ids), target)
+                    injection, undo = self._allocate_one(family, list(ids), target, ctx)
                     injections.append(injection)
                     done.append(undo)
             except BaseException:
@@ -427,6 +438,14 @@ class Allocator:
         for ids in requests:
             if len(ids) != 1:
                 raise RefusedError(f'{resource}: Invalid value: "{len(ids)}": {why}', Code.INVALID_ARGUMENT)
+
+    def _call_context(self, pods: list[PodSpec]) -> RespondContext:
+        """The responder's context for one call: the Pods whose per-slice host records are live, by the
+        rule the ledger charges by (:func:`~..respond.live_slice_pods`), from the Pods this call read --
+        so a responder's neighbour read sees exactly the slices the hint and the room check count."""
+        finished = {p.uid: p.terminal for p in pods}
+        live = live_slice_pods(self.manufacturer.name, finished, self._ledger.release_terminated)
+        return replace(self._ctx, live_pods=live)
 
     def _node_pods(self) -> list[PodSpec]:
         try:
@@ -473,7 +492,7 @@ class Allocator:
         return True
 
     def _allocate_one(
-        self, family: Family, ids: list[str], target: ident.Target
+        self, family: Family, ids: list[str], target: ident.Target, ctx: RespondContext
     ) -> tuple[Injection, tuple[ClaimKey, Claim | None, PartitionInstance | None]]:
         key: ClaimKey = (target.pod.uid, target.container.name, family.value)
         prior = self._ledger.claims.get(key)
@@ -494,7 +513,7 @@ class Allocator:
         undo = (key, prior, created)
         try:
             grant = self._grant(claim, target, notes)
-            injection = self._responder.respond(grant, self._ctx)
+            injection = self._responder.respond(grant, ctx)
         except RefusedError as exc:
             log.info(
                 "%s: the %s responder refused %s: %s; reservation given back",
@@ -816,18 +835,14 @@ class Allocator:
         changed = False
         gone_uids: set[str] = set()
         for key, claim in list(self._ledger.claims.items()):
-            pod = by_uid.get(claim.pod_uid)
-            if pod is None:
-                del self._ledger.claims[key]
-                gone_uids.add(claim.pod_uid)
-                if claim.family is Family.PARTITIONED and claim.partition is not None:
-                    self._destroy(claim.partition)
-                changed = True
+            if claim.pod_uid in by_uid:
                 continue
-            marked = claim.with_terminal(pod.terminal)
-            if marked is not claim:
-                self._ledger.claims[key] = marked
-                changed = True
+            del self._ledger.claims[key]
+            gone_uids.add(claim.pod_uid)
+            if claim.family is Family.PARTITIONED and claim.partition is not None:
+                self._destroy(claim.partition)
+            changed = True
+        changed |= self._mark_finished(pods)
         changed |= self._recover(pods)
         if sweep:
             gone_uids |= self._unclaimed_records(set(by_uid))
@@ -843,6 +858,21 @@ class Allocator:
                     uid,
                     exc,
                 )
+        return changed
+
+    def _mark_finished(self, pods: list[PodSpec]) -> bool:
+        """Each claim's ``terminal`` follows its Pod's phase (a finished Pod's claims stop charging by
+        :meth:`Ledger.charging`); claims of Pods gone are :meth:`_sync`'s. True when one changed."""
+        by_uid = {p.uid: p for p in pods}
+        changed = False
+        for key, claim in list(self._ledger.claims.items()):
+            pod = by_uid.get(claim.pod_uid)
+            if pod is None:
+                continue
+            marked = claim.with_terminal(pod.terminal)
+            if marked is not claim:
+                self._ledger.claims[key] = marked
+                changed = True
         return changed
 
     def _reclaim(self, uid: str) -> bool:

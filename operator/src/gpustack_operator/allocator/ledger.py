@@ -25,16 +25,12 @@ from pydantic.alias_generators import to_camel
 from gpustack_operator.allocator import placement
 from gpustack_operator.allocator.resources import SHARED_TOKENS
 from gpustack_operator.ledger.models import Accelerator, CamelModel, DevicesGroup
-from gpustack_operator.manufacturers.respond import Family, PartitionInstance, SliceBudget
+from gpustack_operator.manufacturers.respond import Family, PartitionInstance, SliceBudget, charges
 
 D = 1_600_000  # ResourceMaxUnits = CreditsPerCard: one whole accelerator
 SHARE_UNITS = D // SHARED_TOKENS  # one share of a shared accelerator
 
 ClaimKey = tuple[str, str, str]  # (pod uid, container, family): a reservation (supplement §1.8 rule 6)
-
-# Logical slices the reclaimer (not the kubelet) takes back: they stay charged until the Pod is gone
-# even when it finished (supplement §1.8 rule 7).
-SLICES_HELD_UNTIL_GONE = frozenset({"metax", "cambricon"})
 
 
 def memory_mib_to_units(mib: int, vram_mib: int) -> int:
@@ -212,16 +208,11 @@ class Ledger:
     # -- charging -------------------------------------------------------------------------------------
 
     def charging(self, claim: Claim) -> bool:
-        """Does ``claim`` charge its accelerators? Visibility never does; a finished Pod's exclusive,
+        """Does ``claim`` charge its accelerators? :func:`~..respond.charges`, the rule the responders
+        read their per-slice host records by too: visibility never does; a finished Pod's exclusive,
         shared and logical-slice claims stop charging (supplement §1.8 rule 7) unless the switch is
         off -- partitions and MetaX/Cambricon slices stay until the Pod is gone."""
-        if claim.family is Family.VISIBILITY:
-            return False
-        if not claim.terminal or not self.release_terminated:
-            return True
-        if claim.family is Family.PARTITIONED:
-            return True
-        return claim.family is Family.SLICED and self.manufacturer in SLICES_HELD_UNTIL_GONE
+        return charges(self.manufacturer, claim.family, claim.terminal, self.release_terminated)
 
     def holders(self, accelerator: str, exclude: ClaimKey | None = None) -> list[Claim]:
         """The charging claims on ``accelerator`` other than ``exclude``, in a stable order."""

@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # base imports this module for Backend's types
 LIB_DIR = "/var/lib/gpustack/operator/lib"  # host path of the staged preload libraries
 PODS_DIR = "/var/lib/gpustack/operator/pods"  # host path of the per-pod working directories
 
+# Logical slices the reclaimer (not the kubelet) takes back: the driver object outlives the container,
+# so they stay charged until the Pod is gone even when it finished (supplement §1.8 rule 7).
+SLICES_HELD_UNTIL_GONE = frozenset({"metax", "cambricon"})
+
 
 class Family(StrEnum):
     """The allocation families (supplement §5.1/§5.2) plus the internal visibility mode (§1.7)."""
@@ -48,6 +52,32 @@ class Family(StrEnum):
     SLICED = "sliced"
     PARTITIONED = "partitioned"
     VISIBILITY = "visibility"
+
+
+def charges(manufacturer: str, family: Family, finished: bool, release_terminated: bool) -> bool:
+    """Does a ``family`` claim of ``manufacturer`` charge its accelerators while its Pod is on the node
+    (``finished``: the Pod's phase is Succeeded or Failed)? The one rule the ledger charges by and the
+    responders read per-slice host records by (supplement §1.8 rules 6 and 7): visibility never
+    charges; an entry charges until its Pod is gone, except that a finished Pod stops being charged for
+    exclusive, shared and logical-slice claims -- not for hardware partitions, nor for the slices of
+    :data:`SLICES_HELD_UNTIL_GONE` -- and ``GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS=false``
+    (``release_terminated`` False) disables that exception."""
+    if family is Family.VISIBILITY:
+        return False
+    if not finished or not release_terminated or family is Family.PARTITIONED:
+        return True
+    return family is Family.SLICED and manufacturer in SLICES_HELD_UNTIL_GONE
+
+
+def live_slice_pods(manufacturer: str, pods: Mapping[str, bool], release_terminated: bool) -> frozenset[str]:
+    """The Pods (by UID) whose per-slice host records are live: ``pods`` maps every Pod on the node to
+    whether it finished; a Pod absent from it is gone, so its records are not live either. A record is
+    live exactly when the ledger charges its slice (:func:`charges`), so a responder's neighbour read
+    sees the room the allocation hint sees ("the refusal reads the same room the allocation hint
+    does")."""
+    return frozenset(
+        uid for uid, finished in pods.items() if charges(manufacturer, Family.SLICED, finished, release_terminated)
+    )
 
 
 class Channel(StrEnum):
@@ -257,6 +287,16 @@ class RespondContext:
     # control write recorded rather than made, an sMLU instance described rather than created. Empty in
     # production, where every responder calls its driver.
     seams: dict[str, Any] = field(default_factory=dict)
+    # The Pods whose per-slice host records are live for this call (:func:`live_slice_pods`), set by the
+    # allocator from the Pods the call read; ``None`` (a responder called on its own, with no Pods to
+    # read) counts every record on the host as live.
+    live_pods: frozenset[str] | None = None
+
+    def record_live(self, pod_uid: str) -> bool:
+        """Is a per-slice host record under ``<pods_dir>/<pod_uid>/`` live -- one a neighbour read must
+        place against? Every responder's neighbour read asks this, never the files alone: a finished
+        Pod's records stay on the host until it is gone, but its slice is no longer charged."""
+        return self.live_pods is None or pod_uid in self.live_pods
 
     def seam(self, name: str, default: T) -> T:
         """What a responder calls for ``name``: the substitute when one is set, else ``default``."""
@@ -382,6 +422,7 @@ __all__ = [
     "LIB_DIR",
     "PODS_DIR",
     "PRELOAD_FILE",
+    "SLICES_HELD_UNTIL_GONE",
     "Channel",
     "Code",
     "ContainerRef",
@@ -398,7 +439,9 @@ __all__ = [
     "RespondContext",
     "Responder",
     "SliceBudget",
+    "charges",
     "granted_ids",
+    "live_slice_pods",
     "mount_pod_dir",
     "mount_preload",
     "require_devices",

@@ -24,7 +24,7 @@ makes itself -- there is no container runtime in the path:
   hardware. The window size is :meth:`.cumask.CuMaskTopology.window_cus` (below the card's smallest
   slice is refused with the minimum named; off-atom is aligned down and the delivered percentage
   logged into :attr:`Injection.log`), the window is placed by :func:`.cumask.place` against the
-  windows the other slices on the card hold;
+  windows the other live slices on the card hold;
 * ``VROCM_DEVICE_MEMORY_LIMIT_<pos>`` = the budget in bare MiB, ``VROCM_LEDGER_PATH`` in the
   per-container directory (mounted read-write at :data:`LEDGER_DIR`), ``LIBVROCM_LOG_LEVEL=1``
   unless the container sets it -- memory, enforced by ``libvrocm.so`` through ``/etc/ld.so.preload``
@@ -41,8 +41,11 @@ beside -- not inside -- the container's mounted working directory, so the contai
 the occupancy its neighbours are placed against. A retried container finds its own record and, when
 it names the same accelerators with windows of the sizes asked for, gets the same windows again
 (idempotent); a neighbour's record that cannot be read fails the allocation closed (placing against
-unknown occupancy could stack two tenants on one window while others sit idle). Records are reclaimed
-with the pod directory once the Pod is gone.
+unknown occupancy could stack two tenants on one window while others sit idle). Only live records
+are neighbours: a finished Pod's record stays until the Pod is gone, but its slice is no longer
+charged (supplement §1.8 rule 7), so its CUs are free -- the room the ledger and the hint read
+(:meth:`..respond.RespondContext.record_live`). Records are reclaimed with the pod directory once the
+Pod is gone.
 """
 
 from __future__ import annotations
@@ -167,8 +170,10 @@ def read_record(host: HostRoot, path: str) -> CuMaskRecord:
 
 
 def neighbour_windows(ctx: RespondContext, own: str) -> dict[str, list[Window]]:
-    """Every other sliced container's windows on this node, by accelerator. A record that cannot be
-    read fails closed (:class:`RefusedError` naming it and the remedy)."""
+    """Every other live sliced container's windows on this node, by accelerator: a Pod whose slice
+    the ledger no longer charges (finished, or gone) computes nowhere, so its record holds no CU
+    (:meth:`..respond.RespondContext.record_live`). A live record that cannot be read fails closed
+    (:class:`RefusedError` naming it and the remedy)."""
     held: dict[str, list[Window]] = {}
     pods = ctx.pods_dir.rstrip("/")
     if not ctx.host.is_dir(pods):
@@ -179,7 +184,7 @@ def neighbour_windows(ctx: RespondContext, own: str) -> dict[str, list[Window]]:
         raise RefusedError(f"the per-pod directory {pods} cannot be listed ({exc.strerror})") from None
     for uid in uids:
         directory = f"{pods}/{uid}"
-        if not ctx.host.is_dir(directory):
+        if not ctx.record_live(uid) or not ctx.host.is_dir(directory):
             continue
         try:
             entries = ctx.host.listdir(directory)

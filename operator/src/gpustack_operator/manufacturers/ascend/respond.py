@@ -211,7 +211,7 @@ def virtual_npu_id(grant: Grant, ctx: RespondContext, physical: int) -> int:
     if ctx.host.exists(ctx.pods_dir):
         for uid in sorted(ctx.host.listdir(ctx.pods_dir)):
             pod = f"{ctx.pods_dir.rstrip('/')}/{uid}"
-            if not ctx.host.is_dir(pod):
+            if not ctx.record_live(uid) or not ctx.host.is_dir(pod):
                 continue
             for container in sorted(ctx.host.listdir(pod)):
                 if not ctx.host.is_dir(f"{pod}/{container}"):  # allocation.json, other vendors' records

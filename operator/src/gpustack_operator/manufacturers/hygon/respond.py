@@ -19,8 +19,12 @@ every family (supplement §6.1: ``/dev/kfd``, ``/dev/mkfd``, ``/dev/dri/card*``,
 (:mod:`.vdev`) in the container's own directory ``<pods_dir>/<uid>/<container>/hygon-vdev/``,
 mounted read-only at ``/etc/vdev/docker/`` (supplement §1.6). Its CU bits are the lowest the other
 slices on the card do not hold, its ``vdev_id`` the lowest free node-wide, its ``pipe_id`` the lowest
-free on the card -- read from every other container's file under the pods directory, a file that
-cannot be read failing the allocation closed. A retried container whose ``vdev0.conf`` already names
+free on the card -- read from every other *live* container's file under the pods directory (a Pod
+whose slice the ledger no longer charges -- finished, or gone -- holds nothing:
+:meth:`..respond.RespondContext.record_live`, the rule the ledger charges by). A corrupt neighbour
+fails the allocation closed, naming the files and the remedy (reference rules §9): a file that
+cannot be read, two files naming one ``vdev_id``, or one ``pipe_id`` or one CU on one card, and a
+CU mask with bits past its card's CU count. A retried container whose ``vdev0.conf`` already names
 the same DCU keeps its slot (same file, same ids -- the spec: "a slot is reused only when the file at
 that path already names the same accelerator"); one naming another DCU is placed afresh.
 
@@ -35,6 +39,10 @@ node view -- a recorded instance whose file is gone is not live, so it fails clo
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.manufacturers import kfd
@@ -110,14 +118,24 @@ def vdev_dir(ctx: RespondContext, pod_uid: str, container: str) -> str:
     return ctx.pod_dir(pod_uid, container, VDEV_SUBDIR)
 
 
-def neighbours(ctx: RespondContext, own_dir: str) -> list[vdev.Vdev]:
-    """Every other container's ``vdev*.conf`` on this node; one that cannot be read fails closed."""
+@dataclass(frozen=True)
+class Neighbour:
+    """Another live slice's ``vdev*.conf``: where it is and what it holds."""
+
+    path: str
+    config: vdev.Vdev
+
+
+def neighbours(ctx: RespondContext, own_dir: str) -> list[Neighbour]:
+    """Every other live container's ``vdev*.conf`` on this node (a Pod whose slice is no longer
+    charged -- finished, or gone -- holds nothing: :meth:`RespondContext.record_live`); one that
+    cannot be read fails closed."""
     pods = ctx.pods_dir.rstrip("/")
-    found: list[vdev.Vdev] = []
+    found: list[Neighbour] = []
     if not ctx.host.is_dir(pods):
         return found
     for uid in listing(ctx.host, pods):
-        if not ctx.host.is_dir(f"{pods}/{uid}"):
+        if not ctx.record_live(uid) or not ctx.host.is_dir(f"{pods}/{uid}"):
             continue
         for container in listing(ctx.host, f"{pods}/{uid}"):
             directory = f"{pods}/{uid}/{container}/{VDEV_SUBDIR}"
@@ -128,13 +146,48 @@ def neighbours(ctx: RespondContext, own_dir: str) -> list[vdev.Vdev]:
                     continue
                 path = f"{directory}/{name}"
                 try:
-                    found.append(vdev.parse(ctx.host.read_text(path)))
+                    found.append(Neighbour(path, vdev.parse(ctx.host.read_text(path))))
                 except (HostPathError, ValueError) as exc:
                     raise RefusedError(
                         f"hygon: another slice's config {path} cannot be read ({exc}); the CUs and ids it holds are "
-                        "unknown, so no slice is placed (remove the file if its pod is gone)"
+                        f"unknown, so no slice is placed ({REMEDY})"
                     ) from None
     return found
+
+
+REMEDY = "remove the file if its pod is gone, or delete the pod that holds it"
+
+
+def check_neighbours(found: list[Neighbour], cus_by_bus: Mapping[str, int]) -> None:
+    """Reference rules §9: a corrupt neighbouring config fails the allocation closed. Beyond a file
+    that does not parse, live configs that contradict each other or the card are corrupt: two naming
+    one ``vdev_id`` (unique node-wide), two on one card naming one ``pipe_id`` or sharing a CU (Hygon
+    slices do not overlap), and a CU mask with bits past its card's CU count (``cus_by_bus``, by
+    lowercase PCI address; a card this node no longer shows is not checked). Placing against such a
+    set would hand an id or a CU out twice; :class:`RefusedError` names the files and the remedy."""
+    for one, other in itertools.combinations(found, 2):
+        a, b = one.config, other.config
+        clash = None
+        if a.vdev_id == b.vdev_id:
+            clash = f"both name vdev_id {a.vdev_id}, which is unique on the node"
+        elif a.pci_bus_id == b.pci_bus_id and a.pipe_id == b.pipe_id:
+            clash = f"both name pipe_id {a.pipe_id} on DCU {a.pci_bus_id}, which is unique on a card"
+        elif a.pci_bus_id == b.pci_bus_id and a.cu_mask & b.cu_mask:
+            shared = (a.cu_mask & b.cu_mask).bit_length() - 1
+            clash = f"both hold CU {shared} of DCU {a.pci_bus_id}, and Hygon slices do not overlap"
+        if clash is not None:
+            raise RefusedError(
+                f"hygon: the slice configs {one.path} and {other.path} are corrupt: {clash}; no slice is placed "
+                f"against them ({REMEDY})"
+            )
+    for neighbour in found:
+        cus = cus_by_bus.get(neighbour.config.pci_bus_id)
+        if cus is not None and neighbour.config.cu_mask >> cus:
+            raise RefusedError(
+                f"hygon: the slice config {neighbour.path} is corrupt: its cu_mask names CU "
+                f"{neighbour.config.cu_mask.bit_length() - 1}, past the {cus} CUs of DCU "
+                f"{neighbour.config.pci_bus_id}; no slice is placed against it ({REMEDY})"
+            )
 
 
 def listing(host: HostRoot, path: str) -> list[str]:
@@ -159,7 +212,9 @@ def earlier(ctx: RespondContext, path: str, bus_id: str) -> vdev.Vdev | None:
     return mine if mine.pci_bus_id == bus_id else None
 
 
-def place_vdev(ctx: RespondContext, grant: Grant, granted: Granted, cus: int) -> tuple[str, vdev.Vdev]:
+def place_vdev(
+    ctx: RespondContext, grant: Grant, granted: Granted, cus: int, cus_by_bus: Mapping[str, int] | None = None
+) -> tuple[str, vdev.Vdev]:
     budget = grant.budget
     if budget is None:
         raise RefusedError(f"hygon {grant.container.label}: a sliced grant without a budget (an allocator bug)")
@@ -175,7 +230,9 @@ def place_vdev(ctx: RespondContext, grant: Grant, granted: Granted, cus: int) ->
         )
     percent = budget.cores_percent if 0 < budget.cores_percent <= 100 else 100
     count = vdev.cu_count(percent, cus)
-    others = neighbours(ctx, directory)
+    found = neighbours(ctx, directory)
+    check_neighbours(found, {**(cus_by_bus or {}), bus_id: cus})
+    others = [n.config for n in found]
     mine = earlier(ctx, path, bus_id)
     if mine is not None and mine.cu_count == count and mine.memory_mib == budget.memory_mib:
         return directory, mine  # the slot is this container's already
@@ -230,7 +287,8 @@ def inject_sliced(injection: Injection, ctx: RespondContext, grant: Grant, gpus:
         )
     (granted,) = grant.accelerators
     gpu = gpu_for(gpus, granted)
-    directory, config = place_vdev(ctx, grant, granted, gpu.cu_count)
+    cus_by_bus = {g.bus_id.lower(): g.cu_count for g in gpus.values()}
+    directory, config = place_vdev(ctx, grant, granted, gpu.cu_count, cus_by_bus)
     injection.add_mount(VDEV_MOUNT, directory)
     injection.log.append(
         f"hygon DCU {granted.id}: vdev_id {config.vdev_id}, pipe_id {config.pipe_id}, {config.cu_count} CUs, "

@@ -130,7 +130,7 @@ def neighbour_indexes(ctx: RespondContext, own: str, bus_id: str) -> set[int]:
     try:
         for uid in ctx.host.listdir(pods):
             directory = f"{pods}/{uid}"
-            if not ctx.host.is_dir(directory):
+            if not ctx.record_live(uid) or not ctx.host.is_dir(directory):
                 continue
             for entry in ctx.host.listdir(directory):
                 path = f"{directory}/{entry}"
