@@ -25,9 +25,9 @@ from pathlib import Path
 
 from gpustack_operator import api
 from gpustack_operator.discovery.detect import detect_node
+from gpustack_operator.discovery.isolate import isolated_detect
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, bus_shows_none
-from gpustack_operator.preflight.isolate import isolated_detect
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
@@ -77,7 +77,7 @@ def detect_cpu_per_pass(host: str, passes: int = 20) -> float:
 
 def isolation_cost(host: str, passes: int = 15) -> tuple[float, float, int]:
     """Wall time of one preflight detect pass in process vs with vendor code isolated in forked
-    children (preflight/isolate.py); and how many manufacturers were forked."""
+    children (discovery/isolate.py); and how many manufacturers were forked."""
     req = api.make_request(str(HOSTS / host), None)
     view = HostRoot(req.root)
     inproc, isolated = [], []

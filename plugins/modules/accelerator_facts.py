@@ -20,6 +20,10 @@ description:
   - A manufacturer whose detection could not measure is named in
     C(gpustack_accelerators.node.unmeasured) and is C(unmeasured) in C(manufacturers); it is never
     reported as having no accelerators.
+  - Each manufacturer's vendor library is loaded in a child process of its own, so a library that kills
+    the process loading it (a truncated file faulting with SIGBUS, a SIGSEGV in the vendor's code) leaves
+    only that manufacturer C(unmeasured), the reason naming the library and the signal; the task still
+    returns the facts.
 extends_documentation_fragment:
   - gpustack.accelerators.node
   - gpustack.accelerators.node.manufacturers

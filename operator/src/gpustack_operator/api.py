@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from gpustack_operator.discovery.detect import (
     NodeDetection,
     detect_document,
-    detect_node,
     facts_document,
     monitor_document,
     monitor_node,
     resolve_manufacturers,
 )
+from gpustack_operator.discovery.isolate import isolated_detect, isolated_monitor
 from gpustack_operator.host import HostRoot, HostRootError
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import parse_manufacturers
@@ -107,9 +107,12 @@ def make_request(
 
 
 def run_detect(req: Request, *, interfaces: bool = True) -> NodeDetection:
-    """One detection pass (``interfaces=False``: without the network inventory). Raises
-    ``HostRootError`` when the host root is unusable."""
-    return detect_node(HostRoot(req.root), req.resolved, req.settings, req.no_pci_check, interfaces=interfaces)
+    """One detection pass (``interfaces=False``: without the network inventory), each manufacturer's
+    vendor code in a child process of its own (``discovery/isolate.py``: a library that kills its
+    process leaves that manufacturer unmeasured, naming the library and the signal). What ``detect``,
+    ``serve``, ``mode`` and the modules detect with. Raises ``HostRootError`` when the host root is
+    unusable."""
+    return isolated_detect(HostRoot(req.root), req.resolved, req.settings, req.no_pci_check, interfaces=interfaces)
 
 
 def detect(req: Request) -> dict[str, object]:
@@ -145,7 +148,8 @@ def run_preflight(
     vendor CLI, the kubelet's files and the runtime. There is no fallback to ``/``: a host root that
     is absent or does not look like one (no ``/etc``) means the host cross-check is not asked, the
     topology section says it was never looked for and every container step is emitted, each naming
-    why. ``host_root=None`` runs without one at all.
+    why -- and the run carries on as a dry run, writing nothing, no driver mode included
+    (preflight/run.py ``withheld``). ``host_root=None`` runs without one at all.
 
     ``runtime`` (``--runtime``: docker, nerdctl or ctr) overrides the runtime resolved from the
     kubelet; ``probe_image`` (``--probe-image``) is validated as an OCI image reference. Both are
@@ -156,7 +160,6 @@ def run_preflight(
     """
     # preflight's modules load here, not with the api: detect (accelerator_facts) never pays for them
     from gpustack_operator.preflight.imageref import parse_image_ref  # noqa: PLC0415
-    from gpustack_operator.preflight.isolate import isolated_detect  # noqa: PLC0415
     from gpustack_operator.preflight.run import HostContext, preflight, unusable_root_report  # noqa: PLC0415
     from gpustack_operator.preflight.runtime import parse_runtime_name  # noqa: PLC0415
     from gpustack_operator.preflight.staging import DEFAULT_SOURCE  # noqa: PLC0415
@@ -194,8 +197,9 @@ def image_tree(view: HostRoot, path: str) -> str:
 
 
 def monitor(req: Request) -> dict[str, object]:
-    """The ``device-manager monitor`` document. Raises ``HostRootError``."""
-    return monitor_document(monitor_node(HostRoot(req.root), req.resolved, req.settings))
+    """The ``device-manager monitor`` document, each manufacturer sampled in a child process of its
+    own (as :func:`run_detect`). Raises ``HostRootError``."""
+    return monitor_document(monitor_node(HostRoot(req.root), req.resolved, req.settings, sampler=isolated_monitor))
 
 
 def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[DevicesGroup]]:
@@ -205,7 +209,7 @@ def _mode_context(req: Request, manufacturer: str) -> tuple[DetectContext, list[
     if manufacturer not in req.resolved:
         raise ModeUsageError(f"{manufacturer} was not asked about in this request")
     host = HostRoot(req.root)
-    result = detect_node(host, {manufacturer: req.resolved[manufacturer]}, req.settings, interfaces=False)
+    result = isolated_detect(host, {manufacturer: req.resolved[manufacturer]}, req.settings, interfaces=False)
     outcome = result.outcomes[manufacturer]
     if isinstance(outcome, Unmeasured):
         raise ModeError("all", "detection", f"{manufacturer} could not be measured: {outcome.reason}")

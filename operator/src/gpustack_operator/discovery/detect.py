@@ -75,9 +75,29 @@ def resolve_manufacturers(names: list[str]) -> dict[str, Resolved]:
     return {name: resolve(REGISTRY[name].identity) for name in names}
 
 
+NO_MONITOR = "this manufacturer has no usage monitor in this version"
+
+
 def run_detector(name: str, ctx: DetectContext) -> DetectOutcome:
-    """One manufacturer's detector, in this process (what ``detect`` and the modules use)."""
+    """One manufacturer's detector, in this process (``discovery/isolate.py`` runs it in a child)."""
     return REGISTRY[name].detect(ctx)
+
+
+def run_monitor(name: str, ctx: DetectContext) -> MonitorOutcome:
+    """One manufacturer's usage sample, in this process (``discovery/isolate.py`` runs it in a child)."""
+    monitor = REGISTRY[name].monitor
+    if monitor is None:
+        return Unmeasured(NO_MONITOR)
+    return monitor(ctx)
+
+
+def crashed(name: str, runner: str, exc: Exception) -> Unmeasured:
+    """The panic guard's answer: one manufacturer's crash, in one line on stderr (the trace only at
+    debug level -- a traceback on stderr is a defect even when the document is written)."""
+    reason = f"the {name} {runner} crashed: {type(exc).__name__}: {exc}"
+    log.error("%s", reason)
+    log.debug("the %s %s crashed", name, runner, exc_info=exc)
+    return Unmeasured(reason)
 
 
 def detect_node(
@@ -95,7 +115,8 @@ def detect_node(
     unmeasured for that manufacturer alone. ``interfaces=False`` skips the network inventory
     (``interfaces`` is then ``None``: not taken, no claim) for callers that only need accelerators
     -- reading driver modes, staging preload libraries. ``detector`` runs one manufacturer's
-    detector (preflight passes one that isolates the vendor's code in a child process)."""
+    detector (``api`` passes ``discovery.isolate.isolated_detector``: the vendor's code in a child
+    process; the default runs it in this one)."""
     cpu: CpuIdentity | None = None
     cpu_error: str | None = None
     try:
@@ -119,8 +140,7 @@ def detect_node(
         try:
             outcome = detector(name, ctx)
         except Exception as exc:  # the panic guard: one vendor's crash never takes the others down
-            log.exception("the %s detector crashed", name)
-            outcome = Unmeasured(f"the {name} detector crashed: {type(exc).__name__}: {exc}")
+            outcome = crashed(name, "detector", exc)
         result.outcomes[name] = outcome
         if isinstance(outcome, Detected):
             result.coverage[name] = coverage(host, pci, resolved[name], settings, outcome, no_pci_check=no_pci_check)
@@ -135,22 +155,24 @@ class NodeSample:
     outcomes: dict[str, MonitorOutcome] = field(default_factory=dict)
 
 
-def monitor_node(host: HostRoot, resolved: dict[str, Resolved], settings: Settings) -> NodeSample:
+def monitor_node(
+    host: HostRoot,
+    resolved: dict[str, Resolved],
+    settings: Settings,
+    *,
+    sampler: Callable[[str, DetectContext], MonitorOutcome] = run_monitor,
+) -> NodeSample:
     """One usage sample per manufacturer. A manufacturer that could not be measured is named as
-    unmeasured, never dropped (spec: detection-failure rule 5)."""
+    unmeasured, never dropped (spec: detection-failure rule 5). ``sampler`` takes one manufacturer's
+    sample (``api.monitor`` passes one that isolates the vendor's code in a child process)."""
     pci = scan_pci(host)
     sample = NodeSample(timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     for name in sorted(resolved):
-        monitor = REGISTRY[name].monitor
-        if monitor is None:
-            sample.outcomes[name] = Unmeasured("this manufacturer has no usage monitor in this version")
-            continue
         ctx = DetectContext(view=host, pci=pci, settings=settings, manufacturer=resolved[name])
         try:
-            sample.outcomes[name] = monitor(ctx)
-        except Exception as exc:
-            log.exception("the %s monitor crashed", name)
-            sample.outcomes[name] = Unmeasured(f"the {name} monitor crashed: {type(exc).__name__}: {exc}")
+            sample.outcomes[name] = sampler(name, ctx)
+        except Exception as exc:  # the panic guard, as detect_node's
+            sample.outcomes[name] = crashed(name, "monitor", exc)
     return sample
 
 
