@@ -471,7 +471,7 @@ def _mode(req: api.Request, args: argparse.Namespace) -> int:
     except ModeUsageError as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ModeError, HostRootError) as exc:
+    except ModeError as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
@@ -548,18 +548,24 @@ def _serve(args: argparse.Namespace, req: api.Request) -> int:
             once_registered=args.once_registered,
         )
         return serve.serve(req, opts)
-    except (serve.ServeUsageError, api.RootArgumentError, HostRootError) as exc:
+    except (serve.ServeUsageError, api.RootArgumentError) as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
 def _run(args: argparse.Namespace, req: api.Request) -> int:
+    """The command; an unusable node view (``--detect-root``: missing, not a directory) is a usage
+    error, exit 2, for every command that reads one (preflight answers it in its document instead)."""
+    try:
+        return _command(args, req)
+    except HostRootError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _command(args: argparse.Namespace, req: api.Request) -> int:
     if args.action == "detect":
-        try:
-            result = api.run_detect(req)
-        except HostRootError as exc:
-            print(f"gpustack-operator: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        result = api.run_detect(req)
         _emit(detect_document(result), args.output)
         _fast_failed_note(args, req, not result.groups and not result.unmeasured)
         for manufacturer, reason in sorted(result.unmeasured.items()):
@@ -573,11 +579,7 @@ def _run(args: argparse.Namespace, req: api.Request) -> int:
         return _serve(args, req)
 
     if args.action == "monitor":
-        try:
-            mdoc = api.monitor(req)
-        except HostRootError as exc:
-            print(f"gpustack-operator: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        mdoc = api.monitor(req)
         _emit(mdoc, args.output)
         _fast_failed_note(args, req, not mdoc.get("groups") and not mdoc.get("unmeasured"))
         unmeasured = mdoc.get("unmeasured") or {}
@@ -601,7 +603,7 @@ def _run(args: argparse.Namespace, req: api.Request) -> int:
     except Exception as exc:
         from gpustack_operator.preflight.run import unusable_root_report  # noqa: PLC0415
 
-        logging.getLogger(__name__).error("preflight crashed", exc_info=True)
+        logging.getLogger(__name__).debug("preflight crashed", exc_info=True)  # the trace at -v=3 only
         report = unusable_root_report(
             req.manufacturers,
             f"the preflight pass crashed ({type(exc).__name__}: {exc}); a bug worth reporting with the -v=3 output",

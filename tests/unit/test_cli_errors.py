@@ -1,0 +1,158 @@
+"""Bad input never prints a traceback (issue 16): ``detect``, ``monitor``, ``mode`` and ``preflight``
+name the problem in one line on stderr -- the trace goes to the debug log (``-v=3``) only -- and a usage
+error (an unusable ``--detect-root``) exits 2 for every command that takes one."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from gpustack_operator import api, cli
+from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, Manufacturer, MonitorOutcome
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import HOSTS, host
+from tests.unit.hostile import hostile_text
+
+NODE = str(host("mixed-cambricon-metax"))
+
+
+def exit_code(argv: list[str]) -> int:
+    """``cli.main``'s exit code, whether it returns it or exits with it (argparse, usage errors)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        assert isinstance(exc.code, int)
+        return exc.code
+
+
+def boom(self: Manufacturer, ctx: DetectContext) -> DetectOutcome:
+    raise RuntimeError(f"invalid memory address in {self.name}")
+
+
+def sample_boom(ctx: DetectContext) -> MonitorOutcome:
+    raise RuntimeError(f"invalid memory address in {ctx.manufacturer.name}")
+
+
+def test_a_crashing_detector_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(Manufacturer, "detect", boom)
+    code = cli.main(["dm", "detect", "--detect-root", NODE, "--manufacturer", "metax", "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    reason = json.loads(out)["node"]["unmeasured"]["metax"]
+    assert reason == "the metax detector crashed: RuntimeError: invalid memory address in metax"
+    assert "metax could not be measured" in err
+    assert "Traceback" not in err
+
+
+def test_a_crashing_monitor_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(Manufacturer, "monitor", property(lambda self: sample_boom))
+    code = cli.main(["dm", "monitor", "--detect-root", NODE, "--manufacturer", "metax"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    reason = yaml.safe_load(out)["unmeasured"]["metax"]
+    assert reason == "the metax monitor crashed: RuntimeError: invalid memory address in metax"
+    assert "Traceback" not in err
+
+
+def test_the_trace_is_there_at_debug_verbosity(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asked for (-v=3), the trace is logged: the one-line message says to run it again so."""
+    monkeypatch.setattr(Manufacturer, "detect", boom)
+    cli.main(["dm", "detect", "-v=3", "--detect-root", NODE, "--manufacturer", "metax"])
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_crashed_preflight_writes_its_document_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def crash(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(api, "run_preflight", crash)
+    code = cli.main(["dm", "preflight", "--dry-run", "--detect-root", NODE, "--host-root", NODE])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert yaml.safe_load(out)["accelerators"]  # the document is written
+    assert "RuntimeError: a bug" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["dm", "detect"],
+        ["dm", "monitor"],
+        ["dm", "mode", "cambricon", "smlu"],
+        ["dm", "mode", "cambricon", "smlu", "--enable", "--dry-run"],
+    ],
+)
+@pytest.mark.parametrize("root", ["nope", "a-file", ""])
+def test_an_unusable_detect_root_is_a_usage_error_everywhere(
+    command: list[str], root: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("not a directory\n")
+    value = str(tmp_path / root) if root else ""
+    code = exit_code([*command, "--detect-root", value])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("gpustack-operator: error: ")
+    assert (value or "empty") in line
+
+
+# Roots a user or a broken mount hands the read-only commands: none a directory of a node, several not
+# directories at all (a character device, a FIFO, a file, /proc's own), fixture nodes, and hostile text
+# (NUL bytes, lone surrogates, undecodable bytes, 10,000-deep nesting, names past NAME_MAX).
+SPECIAL_ROOTS = ["/dev/null", "/proc/self/fd/0", "/proc/self/status", "/proc", "/sys", "/nonexistent", "."]
+READS = [
+    ["dm", "detect", "--manufacturer", "metax"],
+    ["dm", "detect", "-o", "json", "--manufacturer", "metax,cambricon"],
+    ["dm", "monitor", "--manufacturer", "metax"],
+    ["dm", "mode", "metax", "sgpu"],
+]
+
+
+@pytest.mark.hostile
+def test_any_detect_root_is_answered_never_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever --detect-root names, a read-only command exits 0, 1 or 2 without a traceback; a usage
+    error (exit 2) is one line naming the problem with nothing on stdout, and detect and monitor write
+    their document whenever they run."""
+    monkeypatch.chdir(tmp_path)  # a relative root resolves in an empty directory
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    nodes = [str(HOSTS / n) for n in ("mixed-cambricon-metax", "metax-c500", "unreadable-sysfs", "escaping-symlink")]
+    roots = st.one_of(
+        st.sampled_from([*SPECIAL_ROOTS, str(fifo), *nodes]),
+        hostile_text(),
+        st.builds(lambda a, b: f"{a}/{b}", st.sampled_from(["", "/", "/tmp", str(HOSTS)]), hostile_text()),
+    )
+
+    @given(command=st.sampled_from(READS), root=roots)
+    def check(command: list[str], root: str) -> None:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = exit_code([*command, "--detect-root", root])
+        assert code in (0, 1, 2), (code, err.getvalue())
+        assert "Traceback" not in err.getvalue()
+        if code == 2:  # one line, after argparse's usage for what argparse refuses (a root like "-x")
+            *usage, line = err.getvalue().splitlines()
+            assert not usage or usage[0].startswith("usage: "), usage
+            assert line.startswith("gpustack-operator") and ": error: " in line, line
+            assert out.getvalue() == ""
+        elif command[1] != "mode":
+            assert out.getvalue()
+
+    check()
