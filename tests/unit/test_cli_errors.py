@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,27 @@ def test_any_detect_root_is_answered_never_a_traceback(tmp_path: Path, monkeypat
             assert out.getvalue()
 
     check()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["dm", "detect", "--detect-root", str(host("h100-sxm-8x"))],
+        ["dm", "detect", "--detect-root", str(host("cpu-only-vm")), "--manufacturer", "nvidia"],
+        ["dm", "monitor", "--detect-root", str(host("cpu-only-vm"))],
+        ["dm", "mode", "metax", "sgpu", "--detect-root", NODE],
+    ],
+)
+def test_a_stdout_that_takes_nothing_is_named_not_called_a_bug(command: list[str]) -> None:
+    """A full disk (``/dev/full``) under the document: one line naming stdout and the reason, exit 1 --
+    not "a bug", and nothing more at the interpreter's exit ("Exception ignored ...")."""
+    from tests.conftest import BIN
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [str(BIN / "gpustack-operator"), *command], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert proc.returncode == 1
+    (line,) = [ln for ln in proc.stderr.splitlines() if "error:" in ln or "Exception" in ln]
+    assert "could not be written to stdout" in line and "No space left on device" in line, proc.stderr
+    assert "a bug" not in proc.stderr and "Traceback" not in proc.stderr

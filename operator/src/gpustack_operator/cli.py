@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import logging
@@ -435,8 +436,28 @@ def _dump_yaml(doc: object) -> str:
     return yaml.dump(doc, Dumper=fast or yaml.SafeDumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
+class OutputError(Exception):
+    """stdout would not take the document (a full disk, a closed pipe): where the output goes, not a bug."""
+
+
+def _write(text: str) -> None:
+    """The document to stdout, flushed here so a failure is named now. On failure stdout is pointed at
+    /dev/null, so the interpreter's own flush at exit has nothing left to fail on ("Exception ignored")."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError, ValueError):  # a stdout with no descriptor (captured) keeps its own
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        raise OutputError(
+            f"the document could not be written to stdout: {exc.strerror or exc} (check where the output goes)"
+        ) from None
+
+
 def _emit(doc: object, output: str) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if output == "json" else _dump_yaml(doc))
+    _write(json.dumps(doc, indent=2) + "\n" if output == "json" else _dump_yaml(doc))
 
 
 def _mode(req: api.Request, args: argparse.Namespace) -> int:
@@ -491,6 +512,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
     try:
         return _run(args, req)
+    except OutputError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as exc:  # a bug: named in one line, the trace to the log, never to stdout
         logging.getLogger(__name__).debug("crashed", exc_info=True)
         print(
@@ -608,7 +632,7 @@ def _command(args: argparse.Namespace, req: api.Request) -> int:
             req.manufacturers,
             f"the preflight pass crashed ({type(exc).__name__}: {exc}); a bug worth reporting with the -v=3 output",
         )
-    sys.stdout.write(_dump_yaml(report.wire()))
+    _write(_dump_yaml(report.wire()))
     failures = report.failures()
     for failure in failures:
         print(f"gpustack-operator: preflight: {failure}", file=sys.stderr)
