@@ -554,7 +554,8 @@ def _serve(args: argparse.Namespace, req: api.Request) -> int:
         from gpustack_operator.deviceplugin import serve  # noqa: PLC0415 -- grpc and the kubernetes client
     except ImportError as exc:
         print(
-            f"gpustack-operator: error: serve needs the kube extra ({exc}); install gpustack-operator[kube]",
+            f"gpustack-operator: error: serve could not load its gRPC / Kubernetes dependencies ({exc}); they are "
+            "the package's own (grpcio, protobuf, kubernetes): reinstall gpustack-operator",
             file=sys.stderr,
         )
         return EXIT_FAILED
