@@ -1,21 +1,31 @@
-"""Hostile input for preload staging's parsers (issue 8): tar member names and link targets, subtree
-names, and whole archives -- cut at every byte offset, bytes flipped, compressed streams truncated,
-members of every type with hostile names, trees nested past any real one. :func:`plan` gives a plan
-or a :class:`StageError`, nothing else (a truncated gzip stream raises ``EOFError`` inside tarfile, a
-hard link to a missing member ``KeyError``, a deep tree ``RecursionError``)."""
+"""Hostile input for preload staging's parsers (issues 8 and 16): tar member names and link targets,
+subtree names, and whole archives -- cut at every byte offset, bytes flipped, compressed streams
+truncated, members of every type with hostile names, trees nested past any real one, symlink and
+hard-link chains. :func:`plan` gives a plan or a :class:`StageError`, nothing else (a truncated gzip
+stream raises ``EOFError`` inside tarfile, a hard link to a missing member ``KeyError``, a deep tree
+``RecursionError``); plan and apply write nothing outside the staged subtree; and the link resolution
+agrees with the kernel's."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import shutil
+import stat
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpustack_operator.preload.source import LinkLoopError, fs_lookup, resolve
 from gpustack_operator.preload.stage import (
+    LIB_DIR,
     MAX_DEPTH,
     StageError,
     StagePlan,
-    link_stays_inside,
+    apply,
     plan,
     validate_member_name,
     validate_subtree,
@@ -165,8 +175,13 @@ def test_validate_member_name(name: str) -> None:
 
 
 @given(NAMES, NAMES)
-def test_link_stays_inside(member: str, target: str) -> None:
-    assert isinstance(link_stays_inside(member, target), bool)
+def test_resolve_any_names(member: str, target: str) -> None:
+    start = tuple(p for p in member.split("/") if p)
+    try:
+        out = resolve(lambda _: None, (), start, target)
+    except LinkLoopError:
+        pytest.fail("no link was met")
+    assert out is None or all(p not in ("", ".", "..") for p in out)
 
 
 @given(NAMES)
@@ -176,3 +191,157 @@ def test_validate_subtree(subtree: str) -> None:
     except StageError:
         return
     assert parts and all(p and not p.startswith(".") and "/" not in p for p in parts)
+
+
+# -- link resolution against the kernel's ------------------------------------------------------------
+
+_PIECE = st.sampled_from(["a", "b", "s", "x", "..", ".", ""])
+_REL = st.lists(_PIECE, min_size=1, max_size=5).map("/".join)
+_TARGET = _REL | _REL.map(lambda t: "/" + t)
+_PATH = st.lists(st.sampled_from(["a", "b", "s"]), min_size=1, max_size=3).map(tuple)
+_NODE = st.tuples(_PATH, st.sampled_from(["dir", "file", "link"]), _TARGET)
+
+
+@contextlib.contextmanager
+def _fresh(parent: Path) -> Iterator[Path]:
+    """A new directory named so no generated piece can name it (a climb out cannot come back in)."""
+    root = Path(tempfile.mkdtemp(prefix="root-", dir=parent))
+    try:
+        yield Path(os.path.realpath(root))
+    finally:
+        shutil.rmtree(root)
+
+
+def _materialise(root: Path, nodes: list[tuple[tuple[str, ...], str, str]]) -> list[tuple[str, ...]]:
+    links = []
+    for path, kind, target in nodes:
+        where = root.joinpath(*path)
+        parent_ok = all(
+            root.joinpath(*path[:i]).is_dir() and not root.joinpath(*path[:i]).is_symlink() for i in range(1, len(path))
+        )
+        if not parent_ok and any(os.path.lexists(root.joinpath(*path[:i])) for i in range(1, len(path))):
+            continue
+        where.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(where):
+            continue
+        if kind == "dir":
+            where.mkdir()
+        elif kind == "file":
+            where.write_bytes(b"x")
+        elif target:
+            os.symlink(target, where)
+            links.append(path)
+    return links
+
+
+@given(st.lists(_NODE, min_size=1, max_size=8))
+@example([(("s",), "link", "."), (("a",), "link", "s/s/s/../x")])
+@example([(("a", "b"), "dir", ""), (("a", "b", "s"), "link", "../.."), (("x",), "link", "a/b/s/../../x")])
+def test_resolution_agrees_with_the_kernel(workdir: Path, nodes: list[tuple[tuple[str, ...], str, str]]) -> None:
+    """Every link of a generated tree: where :func:`resolve` says it leads (through the tree's real
+    files, ``lstat`` only) is where the kernel's resolution leads, and "outside" is outside (the
+    names cannot climb out and back in: the root's name is none of them). A loop or a chain past 40
+    is refused, which is always safe, and is not compared."""
+    with _fresh(workdir) as root:
+        links = _materialise(root, nodes)
+        lookup = fs_lookup(str(root))
+        for path in links:
+            try:
+                mine = resolve(lookup, (), path[:-1], os.readlink(root.joinpath(*path)))
+            except LinkLoopError:
+                continue
+            kernel = os.path.realpath(root.joinpath(*path))
+            inside = kernel == str(root) or kernel.startswith(f"{root}/")
+            if mine is None:
+                assert not inside, (path, kernel)
+            else:
+                assert kernel == str(root.joinpath(*mine)), (path, mine, kernel)
+
+
+# -- whole archives, planned and applied: nothing outside the staged subtree -------------------------
+
+_ANAME = st.lists(st.sampled_from(["a", "s", "l", "x", "..", ".", "", "amd"]), min_size=1, max_size=4).map("/".join)
+_AKIND = st.sampled_from(
+    [
+        tarfile.REGTYPE,
+        tarfile.DIRTYPE,
+        tarfile.SYMTYPE,
+        tarfile.LNKTYPE,
+        tarfile.CHRTYPE,
+        tarfile.FIFOTYPE,
+        tarfile.CONTTYPE,
+    ]
+)
+_AMEMBER = st.tuples(
+    st.one_of(_ANAME.map(lambda n: "amd/" + n), _ANAME, _ANAME.map(lambda n: "/" + n)),
+    _AKIND,
+    st.one_of(_ANAME, _ANAME.map(lambda n: "/" + n), _ANAME.map(lambda n: "amd/" + n)),
+)
+
+
+def _archive(members: list[tuple[str, bytes, str]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, kind, link in members:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode = kind, link, 0o755
+            data = f"{name}\n".encode() if kind in (tarfile.REGTYPE, tarfile.CONTTYPE) else b""
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return buf.getvalue()
+
+
+def _everything(top: Path) -> set[str]:
+    return {str(Path(d, n).relative_to(top)) for d, ds, fs in os.walk(top) for n in ds + fs}
+
+
+@given(st.lists(_AMEMBER, min_size=1, max_size=8))
+@example([("amd/s", tarfile.SYMTYPE, ".."), ("amd/s/x", tarfile.REGTYPE, "")])
+@example(
+    [("amd/a", tarfile.DIRTYPE, ""), ("amd/a/s", tarfile.SYMTYPE, "../.."), ("amd/l", tarfile.SYMTYPE, "a/s/../../x")]
+)
+@example([("amd/l", tarfile.SYMTYPE, "s"), ("amd/s", tarfile.SYMTYPE, "l")])
+@example([("amd/x", tarfile.REGTYPE, ""), ("amd/s", tarfile.SYMTYPE, "."), ("amd/h", tarfile.LNKTYPE, "amd/s/x")])
+@example([("x", tarfile.REGTYPE, ""), ("amd/l", tarfile.SYMTYPE, "../x"), ("amd/a", tarfile.SYMTYPE, "l")])
+def test_hostile_archives_write_only_the_staged_subtree(workdir: Path, members: list[tuple[str, bytes, str]]) -> None:
+    """A generated archive (names with ``..``, absolute names, symlink and hard-link chains, devices,
+    pipes) planned, then applied, under a private ``$TMPDIR`` nested in the sandbox: a plan or a
+    :class:`StageError`, never anything else; the plan writes nothing; the apply writes only the
+    subtree (and the directories leading to it); every link staged resolves, by the kernel, inside it."""
+    try:
+        data = _archive(members)
+    except (ValueError, UnicodeError, tarfile.TarError):
+        return
+    with _fresh(workdir) as box:
+        tmp = box / "t" / "m" / "p"
+        tmp.mkdir(parents=True)
+        host = box / "h" / "o" / "s" / "t"
+        host.mkdir(parents=True)
+        source = tmp / "lib.tar"
+        source.write_bytes(data)
+        before = _everything(box)
+        saved, tempfile.tempdir = tempfile.tempdir, str(tmp)
+        try:
+            with plan(source, host, ["amd"]) as staged:
+                assert _everything(box) == before
+                apply(staged)
+        except StageError as exc:
+            assert exc.problem and exc.remedy
+        finally:
+            tempfile.tempdir = saved
+        lib = host / LIB_DIR
+        allowed = {str((host / LIB_DIR).relative_to(box))} | {
+            str(p.relative_to(box)) for p in (host / LIB_DIR).parents if p.is_relative_to(box) and p != box
+        }
+        amd = lib / "amd"
+        for extra in _everything(box) - before:
+            assert extra in allowed or (box / extra).is_relative_to(amd), extra
+        if amd.exists():
+            for d, ds, fs in os.walk(amd):
+                for n in ds + fs:
+                    path = Path(d, n)
+                    if path.is_symlink():
+                        real = os.path.realpath(path)
+                        assert real == str(amd) or real.startswith(f"{amd}/"), (path, os.readlink(path))
+                    else:
+                        assert stat.S_ISDIR(path.lstat().st_mode) or stat.S_ISREG(path.lstat().st_mode)

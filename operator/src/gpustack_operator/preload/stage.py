@@ -2,9 +2,15 @@
 libraries come from"; preflight side effects: the lib tree is never removed, ``.../operator/pods``
 is never written).
 
-The source is a directory, or a tar archive (optionally compressed) extracted into a private
-temporary directory after every member has been checked. Either way it is laid out like the
-destination: ``<manufacturer>[/<runtime-subdir>]/...``.
+The source is a directory, or a tar archive (optionally compressed), read as a namespace of entries
+(:mod:`.source`): names, kinds, modes, link targets and each file's size and sha256. Either way it is
+laid out like the destination: ``<manufacturer>[/<runtime-subdir>]/...``. Planning writes nothing
+anywhere -- an archive is never extracted, so ``--dry-run`` and check mode leave ``$TMPDIR`` alone too
+(issue 16) -- and applying writes the planned entries, and nothing else, into the subtree's private
+work directory, one at a time, each through directory descriptors opened ``O_NOFOLLOW``. A member
+placed through a symlink, a link leaving the archive (resolved link by link, never by
+``realpath``), a device, pipe or sparse member, or a file over the size caps is refused from the
+member list, before anything is written.
 
 The destination of subtree ``S`` is ``<dest_root>/var/lib/gpustack/operator/lib/S``. Staging is
 
@@ -14,7 +20,7 @@ The destination of subtree ``S`` is ``<dest_root>/var/lib/gpustack/operator/lib/
   the old one is renamed aside, the new one renamed into place, the old one deleted;
 - **confined**: no component of the destination path (``var``, ``lib``, ``gpustack``, ``operator``,
   ``lib``, the subtree) may be a symlink — each is opened with ``O_NOFOLLOW`` relative to its parent
-  — and a symlink inside an existing subtree is refused unless it is relative and stays inside that
+  — and a symlink inside an existing subtree is refused unless it resolves, link by link, inside that
   subtree (the kind staging itself writes). Nothing resolving to the allocator's ``pods`` directory
   is ever touched.
 
@@ -25,41 +31,38 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import lzma
 import os
-import posixpath
 import secrets
 import shutil
 import stat
-import tarfile
-import tempfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from gpustack_operator.preload.source import (
+    MAX_DEPTH,
+    Budget,
+    Entry,
+    LinkLoopError,
+    Parts,
+    Source,
+    StageError,
+    fs_lookup,
+    hash_file,
+    open_source,
+    resolve,
+    special_kind,
+    staged_mode,
+    validate_member_name,
+)
 
 LIB_DIR = PurePosixPath("var/lib/gpustack/operator/lib")
 PODS_DIR = PurePosixPath("var/lib/gpustack/operator/pods")
 
 _SUBTREE_PART = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
-_CHUNK = 1024 * 1024
-# How deep a preload tree may nest (a real one is a handful of levels: amd/lib/rocm/...). Deeper is
-# refused: the walks below recurse once per level, and so does the extraction's os.makedirs.
-MAX_DEPTH = 64
-# What a damaged compressed archive raises besides tarfile.TarError: a truncated gzip or xz stream
-# (EOFError), a corrupt deflate or xz block.
-_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError)
-# A pax extended header longer than this is refused: Python's tarfile before 3.12.6 searches each one
-# with a regular expression quadratic in a run of digits (CVE-2024-6232; 4,000 digits take 25 ms, 20,000
-# a second, per header). A preload tree's headers carry a short path and link target (lib/libx.so.1).
-PAX_HEADER_MAX = 1024
-_PAX_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
-_PAX_REFUSED = f"a pax header longer than {PAX_HEADER_MAX} bytes"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -67,16 +70,6 @@ REMEDY_LINK = (
     "remove the symlink (the preload tree must be real directories on the host's own filesystem) and run again"
 )
 REMEDY_LAYOUT = "lay the source out as <manufacturer>[/<runtime-subdir>]/... (the operator image's lib tree)"
-
-
-class StageError(Exception):
-    """Bad input or an unsafe destination: ``path`` is what is wrong, ``remedy`` what to do."""
-
-    def __init__(self, path: str | os.PathLike[str], problem: str, remedy: str) -> None:
-        self.path = os.fspath(path)
-        self.problem = problem
-        self.remedy = remedy
-        super().__init__(f"{self.path}: {problem}; {remedy}")
 
 
 # --- names ------------------------------------------------------------------------------------
@@ -97,174 +90,111 @@ def validate_subtree(subtree: str) -> tuple[str, ...]:
     return parts
 
 
-def validate_member_name(name: str) -> str:
-    """A tar member's name, normalised (``./amd/x`` → ``amd/x``, ``amd/`` → ``amd``; the archive
-    root ``.`` → ``""``). Raises :class:`StageError` for an absolute name, a ``..`` component or a
-    NUL byte, which would place the member outside the extraction directory, and for a name more
-    than :data:`MAX_DEPTH` components deep."""
-    if "\x00" in name:
-        raise StageError(repr(name), "tar member name carries a NUL byte", "rebuild the archive")
-    if name.startswith("/"):
-        raise StageError(name, "tar member has an absolute name", "rebuild the archive with relative names (tar -C)")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise StageError(name, "tar member name climbs out with '..'", "rebuild the archive without '..' in names")
-    if len(parts) > MAX_DEPTH:
-        raise StageError(name[:200], f"tar member is nested more than {MAX_DEPTH} levels deep", "rebuild the archive")
-    return "/".join(parts)
-
-
-def link_stays_inside(member: str, target: str) -> bool:
-    """Whether a symlink at relative path ``member`` pointing at ``target`` resolves, lexically,
-    inside the directory ``member`` is relative to (a relative target that never climbs above it)."""
-    if not target or target.startswith("/") or "\x00" in target:
-        return False
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(member), target))
-    return resolved != ".." and not resolved.startswith("../")
-
-
 # --- entries ----------------------------------------------------------------------------------
 
-Kind = Literal["file", "dir", "link"]
+
+def _refuse_depth(where: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise StageError(where, f"is nested more than {MAX_DEPTH} levels deep", "a preload tree is a few levels deep")
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One thing in a subtree: a regular file (sha256), a directory, or a symlink (its target)."""
-
-    kind: Kind
-    mode: int
-    digest: str
-    origin: str | None = None  # where a source file's bytes are read from
-
-    def signature(self) -> tuple[str, int, str]:
-        return (self.kind, self.mode, self.digest)
-
-    def describe(self, path: str) -> str:
-        if self.kind == "file":
-            return f"{path}  {self.mode:04o}  sha256:{self.digest}"
-        if self.kind == "dir":
-            return f"{path}/  {self.mode:04o}"
-        return f"{path} -> {self.digest}"
-
-
-def _sha256_fd(fd: int) -> str:
-    digest = hashlib.sha256()
-    while chunk := os.read(fd, _CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _sha256(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        return _sha256_fd(fd)
-    finally:
-        os.close(fd)
-
-
-def _kind_of(mode: int) -> str:
-    for test, word in (
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISFIFO, "named pipe"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return word
-    return "special file"
-
-
-# The permission bits a staged entry keeps, whatever the source: no set-id / sticky bits and no
-# group/other write -- what the stdlib tar filter leaves of an archive member, applied to a directory
-# source too, so a tree staged from a directory and from a tarball of it is the same tree (and neither
-# route rewrites the other's modes on every run).
-STAGED_MODE_MASK = 0o755
-
-
-def staged_mode(mode: int) -> int:
-    """``mode`` as staged: ``0o664`` → ``0o644``, ``0o4755`` → ``0o755``."""
-    return stat.S_IMODE(mode) & STAGED_MODE_MASK
-
-
-def _refuse_depth(directory: str, prefix: str) -> None:
-    if prefix.count("/") >= MAX_DEPTH:
-        raise StageError(
-            directory, f"is nested more than {MAX_DEPTH} levels deep", "a preload tree is a few levels deep"
-        )
-
-
-def _scan_source(top: str, source_root: str) -> dict[str, Entry]:
-    """Every entry under the source subtree ``top``. Relative symlinks that stay inside the subtree
-    are kept as symlinks; one that leaves it is copied as the regular file it resolves to, provided
-    that is still inside the source; anything else is refused."""
+def _scan_source(source: Source, top: Parts, budget: Budget) -> dict[str, Entry]:
+    """Every entry under the source subtree ``top`` as it will be staged. A symlink whose target,
+    resolved through the subtree (:func:`~.source.resolve`), stays inside it is kept as a symlink;
+    one that leaves it is copied as the regular file it resolves to through the whole source,
+    provided there is one; anything else is refused. Every file counts against ``budget``."""
     entries: dict[str, Entry] = {}
 
-    def walk(directory: str, prefix: str) -> None:
-        _refuse_depth(directory, prefix)
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError as exc:
-            raise StageError(directory, f"cannot be listed: {exc.strerror}", "make the source readable") from None
-        for name in names:
-            path = os.path.join(directory, name)
-            rel = prefix + name
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(path)
-                if link_stays_inside(rel, target):
-                    entries[rel] = Entry("link", 0, target)
-                    continue
-                real = os.path.realpath(path)
-                if os.path.commonpath([real, source_root]) != source_root or not os.path.isfile(real):
-                    raise StageError(
-                        path,
-                        f"is a symlink to {target}, which is not a regular file inside the source",
-                        "replace it with the file it stands for (cp -L / tar -h)",
-                    )
-                entries[rel] = Entry("file", staged_mode(os.stat(real).st_mode), _sha256(real), real)
-            elif stat.S_ISDIR(st.st_mode):
-                entries[rel] = Entry("dir", staged_mode(st.st_mode), "")
-                walk(path, rel + "/")
-            elif stat.S_ISREG(st.st_mode):
-                entries[rel] = Entry("file", staged_mode(st.st_mode), _sha256(path), path)
+    def visit(rel: Parts) -> None:
+        _refuse_depth(source.where((*top, *rel)), len(rel) + 1)
+        for name in source.children((*top, *rel)):
+            path = (*rel, name)
+            where = source.where((*top, *path))
+            node = source.lookup((*top, *path))
+            if node is None:
+                raise StageError(where, "disappeared while it was being read", "run again")
+            budget.count(where)
+            key = "/".join(path)
+            if node.kind == "dir":
+                entries[key] = node
+                visit(path)
+            elif node.kind == "file":
+                budget.take(where, node.size)
+                entries[key] = source.read((*top, *path), node)
+            elif node.kind == "link":
+                entries[key] = _source_link(source, top, path, node.digest, budget)
             else:
                 raise StageError(
-                    path, f"is a {_kind_of(st.st_mode)}", "a preload tree holds only files, directories and symlinks"
+                    where, f"is a {node.digest}", "a preload tree holds only files, directories and symlinks"
                 )
 
-    walk(top, "")
+    visit(())
     return entries
 
 
-def _scan_dest(top: str) -> dict[str, Entry]:
-    """Every entry under an existing destination subtree, read without following any symlink."""
-    entries: dict[str, Entry] = {}
+def _source_link(source: Source, top: Parts, path: Parts, target: str, budget: Budget) -> Entry:
+    where = source.where((*top, *path))
+    try:
+        if resolve(source.lookup, top, path[:-1], target) is not None:
+            return Entry("link", 0, target)
+        real = resolve(source.lookup, (), (*top, *path[:-1]), target, source.anchor)
+    except LinkLoopError:
+        raise StageError(
+            where,
+            f"is a symlink to {target}, which does not resolve: more than 40 symlinks in a loop or chain",
+            "replace it with the file it stands for (cp -L / tar -h)",
+        ) from None
+    node = source.lookup(real) if real is not None else None
+    if real is None or node is None or node.kind != "file":
+        raise StageError(
+            where,
+            f"is a symlink to {target}, which is not a regular file inside the source",
+            "replace it with the file it stands for (cp -L / tar -h)",
+        )
+    budget.take(where, node.size)
+    return source.read(real, node)
 
-    def walk(directory: str, prefix: str) -> None:
-        _refuse_depth(directory, prefix)
+
+def _scan_dest(top: str, budget: Budget) -> dict[str, Entry]:
+    """Every entry under an existing destination subtree, read without following any symlink. A
+    symlink must resolve inside the subtree (the kind staging writes); a file is hashed while
+    ``budget`` lasts (over it, or over the cap on one file, it is listed by size and differs)."""
+    entries: dict[str, Entry] = {}
+    lookup = fs_lookup(top)
+
+    def walk(directory: str, prefix: Parts) -> None:
+        _refuse_depth(directory, len(prefix) + 1)
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
-            rel = prefix + name
+            rel = (*prefix, name)
+            key = "/".join(rel)
             st = os.lstat(path)
+            budget.count(path)
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(path)
-                if not link_stays_inside(rel, target):
+                try:
+                    inside = resolve(lookup, (), prefix, target) is not None
+                except LinkLoopError:
+                    inside = False
+                if not inside:
                     raise StageError(
                         path,
                         f"is a symlink to {target}, leaving the staged tree; refusing to follow or replace through it",
                         REMEDY_LINK,
                     )
-                entries[rel] = Entry("link", 0, target)
+                entries[key] = Entry("link", 0, target)
             elif stat.S_ISDIR(st.st_mode):
-                entries[rel] = Entry("dir", stat.S_IMODE(st.st_mode), "")
-                walk(path, rel + "/")
+                entries[key] = Entry("dir", stat.S_IMODE(st.st_mode), "")
+                walk(path, rel)
             elif stat.S_ISREG(st.st_mode):
-                entries[rel] = Entry("file", stat.S_IMODE(st.st_mode), _sha256(path))
+                digest = hash_file(path, st.st_size) if budget.fits(st.st_size) else ""
+                entries[key] = Entry("file", stat.S_IMODE(st.st_mode), digest, st.st_size)
             else:
-                raise StageError(path, f"is a {_kind_of(st.st_mode)} inside the staged tree", "remove it and run again")
+                raise StageError(
+                    path, f"is a {special_kind(st.st_mode)} inside the staged tree", "remove it and run again"
+                )
 
-    walk(top, "")
+    walk(top, ())
     return entries
 
 
@@ -375,15 +305,16 @@ def _refuse_pods_root(dest_root: Path) -> None:
 
 @dataclass
 class StagePlan:
-    """The outcome of :func:`plan`. Holds the extracted tarball (if any) until :meth:`close`; use it
-    as a context manager."""
+    """The outcome of :func:`plan`: what each subtree would change, and the source read to make it
+    (held for :func:`apply`, which copies the bytes from it). Nothing was written. A context manager,
+    for callers that scope it."""
 
     source: str
     dest_root: str
     lib_dir: str
     subtrees: list[SubtreePlan]
-    source_root: str
-    _workdir: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+    source_root: str  # the directory or archive read (an archive is never extracted to plan)
+    _source: Source | None = field(default=None, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -393,9 +324,8 @@ class StagePlan:
         return [s.diff() for s in self.subtrees if s.changed]
 
     def close(self) -> None:
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
+        if self._source is not None:
+            self._source.close()
 
     def __enter__(self) -> StagePlan:
         return self
@@ -406,141 +336,39 @@ class StagePlan:
         self.close()
 
 
-class _TarInfo(tarfile.TarInfo):
-    """A member header as tarfile reads it, refusing a pax header over :data:`PAX_HEADER_MAX`."""
-
-    @classmethod
-    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
-        info = super().frombuf(buf, encoding, errors)
-        if info.type in _PAX_TYPES and info.size > PAX_HEADER_MAX:
-            # ReadError, not a HeaderError: tarfile ends the member list quietly on some of those
-            raise tarfile.ReadError(f"{_PAX_REFUSED} ({info.size})")
-        return info
-
-
-def _is_tarfile(path: Path) -> bool:
-    """``tarfile.is_tarfile``, reading the first header the way :func:`_extract` reads them all."""
+def _source_subtree(source: Source, subtree: str, parts: Parts) -> Parts:
+    """Where subtree ``parts`` is in the source: itself, or -- when it (or a directory above it) is a
+    symlink -- the directory that resolves to inside the source."""
+    shown = source.where(parts)
     try:
-        with tarfile.open(path, "r:*", tarinfo=_TarInfo):
-            return True
-    except tarfile.TarError as exc:
-        if _PAX_REFUSED in str(exc):
-            raise StageError(
-                path, f"cannot be read as an archive: it holds {_PAX_REFUSED}", "rebuild the archive"
-            ) from None
-        return False
-
-
-def _extract(tarball: Path, into: Path) -> None:
-    """Extract ``tarball`` into ``into`` after checking every member: names relative without
-    ``..``, symlinks relative and inside the archive, hard links to other members, no devices,
-    pipes or sockets. The stdlib ``tar`` filter runs as well; ownership is not restored."""
-
-    def owner_free(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-        checked = tarfile.tar_filter(member, dest)
-        return checked.replace(uid=None, gid=None, uname=None, gname=None, deep=False)  # type: ignore[arg-type]
-
-    try:
-        with tarfile.open(tarball, "r:*", tarinfo=_TarInfo) as tar:
-            members = []
-            seen: set[str] = set()
-            for member in tar:
-                name = validate_member_name(member.name)
-                if member.issym():
-                    if not link_stays_inside(name, member.linkname):
-                        raise StageError(
-                            member.name,
-                            f"tar member is a symlink to {member.linkname}, outside the archive",
-                            "rebuild the archive with relative links that stay inside it (or tar -h)",
-                        )
-                elif member.islnk():
-                    if not validate_member_name(member.linkname):
-                        raise StageError(member.name, "tar member hard-links the archive root", "rebuild the archive")
-                    member.linkname = validate_member_name(member.linkname)
-                    if member.linkname not in seen:  # tarfile would raise KeyError on extraction
-                        raise StageError(
-                            member.name,
-                            f"tar member hard-links {member.linkname}, which no earlier member of the archive is",
-                            "rebuild the archive",
-                        )
-                elif not (member.isfile() or member.isdir()):
-                    kind = {
-                        tarfile.CHRTYPE: "character device",
-                        tarfile.BLKTYPE: "block device",
-                        tarfile.FIFOTYPE: "named pipe",
-                    }.get(member.type, f"member of type {member.type!r}")
-                    raise StageError(member.name, f"tar member is a {kind}", "a preload tree holds no special files")
-                if not name:
-                    continue
-                member.name = name
-                members.append(member)
-                seen.add(name)
-            tar.extractall(into, members=members, filter=owner_free)
-    except StageError as exc:
-        raise StageError(f"{tarball}: {exc.path}", exc.problem, exc.remedy) from None
-    except _ARCHIVE_ERRORS as exc:
+        top = resolve(source.lookup, (), (), "/".join(parts), source.anchor)
+    except LinkLoopError:
+        top = None
+    if top is None:
+        raise StageError(shown, "leaves the source through a symlink", REMEDY_LAYOUT)
+    node = source.lookup(top)
+    if node is None:
         raise StageError(
-            tarball, f"cannot be extracted: {exc}", "provide a readable .tar / .tar.gz of the lib tree"
-        ) from None
-    except OSError as exc:
-        raise StageError(
-            tarball, f"cannot be extracted: {exc}", "check the archive and the temporary directory"
-        ) from None
-
-
-def _open_source(source: Path) -> tuple[str, tempfile.TemporaryDirectory[str] | None]:
-    """The source tree's real path, extracting a tarball first (the directory is kept by the caller)."""
-    if not os.path.lexists(source):
-        raise StageError(source, "does not exist", "point src at the preload-library tree or a tarball of it")
-    if source.is_dir():
-        return os.path.realpath(source), None
-    if not source.is_file():
-        raise StageError(source, "is neither a directory nor a file", "point src at the tree or a tarball of it")
-    try:
-        is_tar = _is_tarfile(source)
-    except OSError as exc:
-        raise StageError(source, f"cannot be read: {exc.strerror}", "make it readable") from None
-    except _ARCHIVE_ERRORS as exc:  # a compressed archive cut short or corrupt
-        raise StageError(
-            source, f"cannot be read as an archive: {exc}", "provide a readable .tar / .tar.gz of the lib tree"
-        ) from None
-    if not is_tar:
-        raise StageError(source, "is a file but not a tar archive", "give a directory, a .tar or a .tar.gz")
-    workdir = tempfile.TemporaryDirectory(prefix="gpustack-preload-")
-    try:
-        _extract(source, Path(workdir.name))
-    except BaseException:
-        workdir.cleanup()
-        raise
-    return os.path.realpath(workdir.name), workdir
-
-
-def _source_subtree(source_root: str, subtree: str, parts: tuple[str, ...], shown: str) -> str:
-    path = os.path.join(source_root, *parts)
-    if not os.path.lexists(path):
-        raise StageError(
-            os.path.join(shown, subtree),
+            shown,
             f"the source has no {subtree}, which this node needs",
             f"{REMEDY_LAYOUT}, or limit manufacturers to those the source carries",
         )
-    real = os.path.realpath(path)
-    if os.path.commonpath([real, source_root]) != source_root:
-        raise StageError(os.path.join(shown, subtree), "leaves the source through a symlink", REMEDY_LAYOUT)
-    if not os.path.isdir(real):
-        raise StageError(os.path.join(shown, subtree), "is not a directory", REMEDY_LAYOUT)
-    return real
+    if node.kind != "dir":
+        raise StageError(shown, "is not a directory", REMEDY_LAYOUT)
+    return top
 
 
 def _plan_subtree(
-    source_root: str, shown_source: str, dest_root: Path, subtree: str, pods: set[tuple[int, int]]
+    source: Source, dest_root: Path, subtree: str, pods: set[tuple[int, int]], budget: Budget
 ) -> SubtreePlan:
     parts = validate_subtree(subtree)
-    top = _source_subtree(source_root, subtree, parts, shown_source)
-    wanted = _scan_source(top, source_root)
-    root_mode = staged_mode(os.stat(top).st_mode)
+    top = _source_subtree(source, subtree, parts)
+    wanted = _scan_source(source, top, budget)
+    root = source.lookup(top)
+    root_mode = root.mode if root is not None else 0o755
     destination = dest_root / LIB_DIR / Path(*parts)
     exists = _check_destination(dest_root, parts, pods)
-    present = _scan_dest(str(destination)) if exists else {}
+    present = _scan_dest(str(destination), Budget("the staged subtree")) if exists else {}
     dest_root_mode = stat.S_IMODE(os.lstat(destination).st_mode) if exists else None
 
     added = [_display(p, wanted) for p in sorted(wanted) if p not in present]
@@ -553,7 +381,7 @@ def _plan_subtree(
     unchanged = sum(1 for p in wanted if p in present and present[p].signature() == wanted[p].signature())
     result = SubtreePlan(
         subtree=subtree,
-        source=os.path.join(shown_source, subtree),
+        source=os.path.join(str(source.path), subtree),
         destination=str(destination),
         exists=exists,
         added=added,
@@ -579,8 +407,8 @@ def _read_error(exc: OSError, fallback: Path) -> StageError:
 
 def plan(source: Path, dest_root: Path, subtrees: list[str]) -> StagePlan:
     """What staging ``subtrees`` from ``source`` under host root ``dest_root`` would change. A read:
-    nothing is written on the host (a tarball source is extracted into a private temporary
-    directory, removed by :meth:`StagePlan.close`). Raises :class:`StageError`."""
+    nothing is written anywhere -- not on the host, not in ``$TMPDIR`` (a tarball is read member by
+    member, never extracted; issue 16). Raises :class:`StageError`."""
     source = Path(source)
     dest_root = Path(dest_root)
     if not dest_root.is_dir():
@@ -595,24 +423,18 @@ def plan(source: Path, dest_root: Path, subtrees: list[str]) -> StagePlan:
     _refuse_pods_root(dest_root)
     pods = _pods_identities(dest_root)
     try:
-        source_root, workdir = _open_source(source)
+        opened = open_source(source)
+        budget = Budget("the staged subtrees")
+        plans = [_plan_subtree(opened, dest_root, name, pods, budget) for name in names]
     except OSError as exc:
         raise _read_error(exc, source) from None
-    try:
-        plans = [_plan_subtree(source_root, str(source), dest_root, name, pods) for name in names]
-    except BaseException as exc:
-        if workdir is not None:
-            workdir.cleanup()
-        if isinstance(exc, OSError):
-            raise _read_error(exc, source) from None
-        raise
     return StagePlan(
         source=str(source),
         dest_root=str(dest_root),
         lib_dir=str(dest_root / LIB_DIR),
         subtrees=plans,
-        source_root=source_root,
-        _workdir=workdir,
+        source_root=str(source),
+        _source=opened,
     )
 
 
@@ -668,38 +490,76 @@ def _dir_fd(name: str, parent: int | None, path: Path, pods: set[tuple[int, int]
         os.close(fd)
 
 
-def _write_tree(entries: dict[str, Entry], into: int) -> None:
-    """Create ``entries`` under the (fresh, private) directory open at ``into``."""
-    directories: list[tuple[str, int]] = []
-    for rel in sorted(entries):
-        entry = entries[rel]
-        if entry.kind == "dir":
-            os.mkdir(rel, 0o700, dir_fd=into)
-            directories.append((rel, entry.mode))
-        elif entry.kind == "link":
-            os.symlink(entry.digest, rel, dir_fd=into)
-        else:
-            assert entry.origin is not None
-            src = os.open(entry.origin, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                dst = os.open(rel, _NEW_FILE_FLAGS, 0o600, dir_fd=into)
-                try:
-                    digest = hashlib.sha256()
-                    while chunk := os.read(src, _CHUNK):
-                        digest.update(chunk)
-                        view = memoryview(chunk)
-                        while view:
-                            view = view[os.write(dst, view) :]
-                    if digest.hexdigest() != entry.digest:
-                        raise StageError(entry.origin, "changed while it was being staged", "run again")
-                    os.fchmod(dst, entry.mode)
-                    os.fsync(dst)
-                finally:
-                    os.close(dst)
-            finally:
-                os.close(src)
-    for rel, mode in reversed(directories):  # deepest first: a read-only directory is filled already
-        os.chmod(rel, mode, dir_fd=into)
+class _DirWalk:
+    """Directory descriptors along one path below the private work directory ``into``, each opened
+    ``O_NOFOLLOW`` relative to its parent: every write is resolved member by member against that
+    directory, never through a path string the kernel would resolve (or a link it would follow)."""
+
+    def __init__(self, into: int) -> None:
+        self._names: list[str] = []
+        self._fds = [into]
+
+    def at(self, directory: Parts) -> int:
+        """An open descriptor of ``directory`` (relative to ``into``)."""
+        common = 0
+        while common < min(len(self._names), len(directory)) and self._names[common] == directory[common]:
+            common += 1
+        while len(self._names) > common:
+            self._names.pop()
+            os.close(self._fds.pop())
+        for name in directory[common:]:
+            self._fds.append(os.open(name, _DIR_FLAGS, dir_fd=self._fds[-1]))
+            self._names.append(name)
+        return self._fds[-1]
+
+    def close(self) -> None:
+        self.at(())
+
+
+def _write_tree(entries: dict[str, Entry], into: int, source: Source) -> None:
+    """Create ``entries`` under the (fresh, private) directory open at ``into``: directories, links,
+    then each file's bytes as :meth:`Source.contents` gives them (checked against the plan)."""
+    paths = {rel: tuple(rel.split("/")) for rel in entries}
+    order = sorted(entries, key=paths.__getitem__)
+    walk = _DirWalk(into)
+    try:
+        for rel in order:
+            entry, parts = entries[rel], paths[rel]
+            if entry.kind == "dir":
+                os.mkdir(parts[-1], 0o700, dir_fd=walk.at(parts[:-1]))
+            elif entry.kind == "link":
+                os.symlink(entry.digest, parts[-1], dir_fd=walk.at(parts[:-1]))
+        copies: dict[str | int | None, list[str]] = {}
+        for rel in order:
+            if entries[rel].kind == "file":
+                copies.setdefault(entries[rel].key, []).append(rel)
+        files = [entries[rels[0]] for rels in copies.values()]
+        for entry, chunks in source.contents(files):
+            _write_copies(walk, [paths[rel] for rel in copies[entry.key]], entry.mode, chunks)
+        for rel in reversed(order):  # deepest first: a read-only directory is filled already
+            if entries[rel].kind == "dir":
+                os.fchmod(walk.at(paths[rel]), entries[rel].mode)
+    finally:
+        walk.close()
+
+
+def _write_copies(walk: _DirWalk, targets: list[Parts], mode: int, chunks: Iterator[bytes]) -> None:
+    """Write ``chunks`` to every one of ``targets`` (new files, ``mode``, synced)."""
+    fds: list[int] = []
+    try:
+        for parts in targets:
+            fds.append(os.open(parts[-1], _NEW_FILE_FLAGS, 0o600, dir_fd=walk.at(parts[:-1])))
+        for chunk in chunks:
+            for fd in fds:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+        for fd in fds:
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _sweep(parent: int, leaf: str) -> None:
@@ -713,7 +573,7 @@ def _sweep(parent: int, leaf: str) -> None:
                 os.unlink(name, dir_fd=parent)
 
 
-def _apply_subtree(dest_root: Path, sub: SubtreePlan, pods: set[tuple[int, int]]) -> None:
+def _apply_subtree(dest_root: Path, sub: SubtreePlan, pods: set[tuple[int, int]], source: Source) -> None:
     parts = validate_subtree(sub.subtree)
     chain = (*LIB_DIR.parts, *parts[:-1])
     leaf = parts[-1]
@@ -730,7 +590,7 @@ def _apply_subtree(dest_root: Path, sub: SubtreePlan, pods: set[tuple[int, int]]
         pending: str | None = work
         try:
             with _dir_fd(work, parent, path / work, pods, create=False) as into:
-                _write_tree(sub._entries, into)
+                _write_tree(sub._entries, into, source)
                 os.fchmod(into, sub._root_mode)
                 os.fsync(into)
             aside: str | None = None
@@ -773,8 +633,10 @@ def apply(staged: StagePlan) -> StageResult:
         if not sub.changed:
             unchanged.append(sub.subtree)
             continue
+        if staged._source is None:
+            raise StageError(staged.source, "the plan holds no source to copy from", "plan again, then apply")
         try:
-            _apply_subtree(dest_root, sub, pods)
+            _apply_subtree(dest_root, sub, pods, staged._source)
         except StageError:
             raise
         except OSError as exc:
@@ -785,3 +647,19 @@ def apply(staged: StagePlan) -> StageResult:
             ) from None
         applied.append(sub.subtree)
     return StageResult(changed=bool(applied), applied=applied, unchanged=unchanged, subtrees=staged.subtrees)
+
+
+__all__ = [
+    "LIB_DIR",
+    "MAX_DEPTH",
+    "PODS_DIR",
+    "StageError",
+    "StagePlan",
+    "StageResult",
+    "SubtreePlan",
+    "apply",
+    "plan",
+    "staged_mode",
+    "validate_member_name",
+    "validate_subtree",
+]
