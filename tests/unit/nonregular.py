@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import stat
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,11 +30,16 @@ def plant(path: Path, kind: str) -> Path:
     if kind == "fifo":
         os.mkfifo(path)
     elif kind == "socket":
-        with socket.socket(socket.AF_UNIX) as sock:
-            try:
-                sock.bind(str(path))
-            except OSError as exc:  # a tmp path longer than sun_path
-                pytest.skip(f"cannot bind a unix socket at {path}: {exc}")
+        # Bound at a short path and moved into place: a deep tmp path is longer than sun_path.
+        short = tempfile.mkdtemp(prefix="s", dir="/tmp")
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(f"{short}/s")
+            os.rename(f"{short}/s", path)
+        except OSError as exc:
+            pytest.skip(f"cannot place a unix socket at {path}: {exc}")
+        finally:
+            shutil.rmtree(short, ignore_errors=True)
     elif kind == "directory":
         path.mkdir()
     elif kind == "chardev":

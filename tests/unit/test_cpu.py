@@ -1,16 +1,22 @@
 """CPU identity → NFD labels → general node key (reference-rules §1, with the spec's examples)."""
 
 import contextlib
+import os
+from pathlib import Path
 
 import pytest
+from gpustack_operator.host import HostRoot
 from gpustack_operator.node.cpu import (
     CpuInfoError,
     general_node_key,
     identity_from_cpuinfo,
     parse_cpuinfo,
+    read_cpu_identity,
 )
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.unit.nonregular import plant, within
 
 
 @pytest.mark.parametrize(
@@ -133,3 +139,48 @@ def test_garbled_cpuinfo_is_a_clear_error(text: str) -> None:
 def test_cpuinfo_parser_never_crashes_unexpectedly(text: str) -> None:
     with contextlib.suppress(CpuInfoError):
         identity_from_cpuinfo(parse_cpuinfo(text))
+
+
+# -- the arm64 MIDR register file (issue 16): what it cannot say costs the CPU identity, nothing else --
+
+MIDR = "sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
+
+
+def _arm_node(root: Path) -> Path:
+    (root / "proc").mkdir(parents=True)
+    (root / "proc/cpuinfo").write_text(ARM.format(impl="0x41", variant="0x3", part="0xd0c", rev="1"))
+    (root / MIDR).parent.mkdir(parents=True)
+    return root
+
+
+def test_midr_as_the_kernel_writes_it_decides(tmp_path: Path) -> None:
+    root = _arm_node(tmp_path)
+    (root / MIDR).write_text("0x00000000413fd0c1\n")
+    ident = read_cpu_identity(HostRoot(root))
+    assert (ident.vendor_id, ident.family, ident.id, ident.arch) == ("ARM", "63", "53441", "arm64")
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "socket", "loop"])
+def test_an_unreadable_midr_is_a_cpu_info_error_naming_it(tmp_path: Path, kind: str) -> None:
+    root = _arm_node(tmp_path)
+    if kind == "loop":
+        os.symlink("midr_el1", root / MIDR)
+    else:
+        plant(root / MIDR, kind)
+    with pytest.raises(CpuInfoError, match="midr_el1") as err:
+        within(root, lambda: read_cpu_identity(HostRoot(root)))
+    assert "CPU identity" in str(err.value) or "cannot read" in str(err.value)
+
+
+@pytest.mark.parametrize("raw", ["", "\n", "-0x41", "0x1_0", "0x" + "f" * 5000, "0x413fd0c1 junk", "٣"])
+def test_a_midr_that_is_no_register_value_is_a_cpu_info_error(tmp_path: Path, raw: str) -> None:
+    root = _arm_node(tmp_path)
+    (root / MIDR).write_text(raw)
+    with pytest.raises(CpuInfoError, match="midr_el1"):
+        read_cpu_identity(HostRoot(root))
+
+
+def test_a_fifo_at_proc_cpuinfo_is_a_cpu_info_error_at_once(tmp_path: Path) -> None:
+    plant(tmp_path / "proc/cpuinfo", "fifo")
+    with pytest.raises(CpuInfoError, match=r"/proc/cpuinfo: .*FIFO"):
+        within(tmp_path, lambda: read_cpu_identity(HostRoot(tmp_path)))

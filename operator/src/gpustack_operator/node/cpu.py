@@ -189,25 +189,43 @@ def _arm_identity(cpus: list[dict[str, str]], midr: int | None) -> CpuIdentity:
     )
 
 
+MIDR_DIR = "/sys/devices/system/cpu/cpu0/regs/identification"
+MIDR_PATH = f"{MIDR_DIR}/midr_el1"
+# What the kernel writes there (arch/arm64/kernel/cpuinfo.c: "0x%016llx\n"); a shorter hex number is
+# taken too. int(x, 16) alone would take "-0x41", "0x1_0" and a 5,000-digit number.
+_MIDR = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,16}")
+
+
+def read_midr(host: HostRoot) -> int | None:
+    """The arm64 ``midr_el1`` register as sysfs states it, ``None`` where the kernel offers none (no
+    ``regs/identification`` directory: an x86 node, an older kernel). A file that is there but cannot
+    be read (a directory, a FIFO, a link loop, ...) or holds no register value is a
+    :class:`CpuInfoError` naming it: the identity NFD computes from the register cannot be known then,
+    and guessing from ``/proc/cpuinfo`` would be a silent difference."""
+    if not host.exists(MIDR_DIR):
+        return None
+    try:
+        raw = host.read_optional(MIDR_PATH, limit=256)
+    except HostPathError as exc:
+        raise CpuInfoError(f"cannot read the arm64 CPU identity register {exc}") from None
+    if raw is None:
+        return None
+    value = raw.strip()
+    if not _MIDR.fullmatch(value):
+        raise CpuInfoError(f"{MIDR_PATH} is not a register value as the kernel writes it: {value[:40]!r}")
+    return int(value, 16)
+
+
 def read_cpu_identity(host: HostRoot) -> CpuIdentity:
-    """Read the host's CPU identity. Raises :class:`CpuInfoError` naming what could not be read."""
+    """Read the host's CPU identity. Raises :class:`CpuInfoError` naming what could not be read --
+    ``/proc/cpuinfo`` or the arm64 ``midr_el1`` -- and nothing else: what the node's files hold costs
+    at most the CPU identity (the caller reports it and goes on), never the pass."""
     try:
         text = host.read_text("/proc/cpuinfo", limit=16 * 1024 * 1024)
     except HostPathError as exc:
         raise CpuInfoError(f"cannot read {exc}") from None
     blocks = parse_cpuinfo(text)
-    midr: int | None = None
-    raw_midr = (
-        host.read_optional("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1")
-        if host.exists("/sys/devices/system/cpu/cpu0/regs/identification")
-        else None
-    )
-    if raw_midr:
-        try:
-            midr = int(raw_midr.strip(), 16)
-        except ValueError:
-            midr = None
-    return identity_from_cpuinfo(blocks, midr)
+    return identity_from_cpuinfo(blocks, read_midr(host))
 
 
 def general_node_key(
