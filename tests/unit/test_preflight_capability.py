@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -133,9 +134,13 @@ GROUP = DevicesGroup(
 )
 
 
-def run_established(monkeypatch: pytest.MonkeyPatch, driver: FakeShare, dry_run: bool = False) -> object:
+def run_established(
+    monkeypatch: pytest.MonkeyPatch, driver: FakeShare, dry_run: bool = False, why: str | None = None
+) -> object:
     monkeypatch.setitem(capability.REGISTRY, "ascend", SimpleNamespace(modes={"container-share": driver}))  # type: ignore[arg-type]
     env = capability.Env(resolved=None, settings=None, detect=object(), host=None, host_problem=None, dry_run=dry_run)  # type: ignore[arg-type]
+    if why is not None:
+        env = dataclasses.replace(env, dry_why=why)
     return capability.established_row("ascend", env, GROUP, GROUP.accelerators[0])
 
 
@@ -166,11 +171,28 @@ def test_refused_turning_on(monkeypatch: pytest.MonkeyPatch) -> None:
     assert row.state is State.UNAVAILABLE and "refused" in row.reason  # type: ignore[attr-defined]
 
 
-def test_dry_run_does_not_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_does_not_ask_and_the_withheld_ask_is_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """preflight-operations "Emitted steps": a step withheld is an answer, not a failure -- the row reports
+    the mode as read and that it was not established, and does not fail the run."""
     driver = FakeShare(False)
     row = run_established(monkeypatch, driver, dry_run=True)
     assert driver.writes == []
-    assert "not established" in row.reason and "--dry-run" in row.reason  # type: ignore[attr-defined]
+    assert (row.state, row.depth, row.reason) == (State.OK, Depth.DECLARED, None)  # type: ignore[attr-defined]
+    assert "container-share reads off and was not established" in row.detail  # type: ignore[attr-defined]
+    assert "--dry-run" in row.detail  # type: ignore[attr-defined]
+
+
+def test_no_host_root_withholds_the_ask_naming_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = FakeShare(False)
+    row = run_established(monkeypatch, driver, dry_run=True, why="there is no host root to enter (x)")
+    assert driver.writes == [] and row.state is State.OK  # type: ignore[attr-defined]
+    assert "there is no host root to enter (x)" in row.detail and "--dry-run" not in row.detail  # type: ignore[attr-defined]
+
+
+def test_dry_run_reads_a_mode_already_on_as_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = FakeShare(True)
+    row = run_established(monkeypatch, driver, dry_run=True)
+    assert driver.writes == [] and row.state is State.OK and "not established" not in row.detail  # type: ignore[attr-defined]
 
 
 def test_notes_say_how_deep_each_tier_goes() -> None:

@@ -13,23 +13,32 @@ Rows, per accelerator (§2.7 tier table and "The full table"):
   (Cambricon), ``sgpu-mode`` (MetaX; all four mode ``sliced``). ``container-share`` and ``smlu-mode``
   are *established*: asked on only where off, put straight back through the mode driver, a failed
   restore reported on the row (``unavailable``: the accelerator is left on and the row is the only
-  thing that can send someone to turn it off); under ``--dry-run`` the ask is withheld and the row
-  says the mode as read, not established (``unavailable``: offered and not established by this pass).
+  thing that can send someone to turn it off). Under ``--dry-run`` -- and on a run with no host root
+  to enter, which carries on as one -- the ask is withheld: the row reports the mode as read and says
+  it was not established. That is an emitted step, an answer and not a failure (preflight-operations
+  "Emitted steps"), so the row is ``ok`` at ``declared``; the synthetic slices behind it are simulated
+  as if the mode were on (:class:`HeldMode`), and their rows say so (:func:`as_if_on`).
+* Which of the four management/slicing rows an accelerator gets is a fact about the accelerator, not
+  its manufacturer's tier (§2.7): one declaring logical slicing gets all four, a partition-backed one
+  the two management rows (``declared``: reaching its visibility response means creating a
+  partition; ``sidecar-visibility`` still answers for the ``visibility`` mode), one declaring neither
+  family none of them (:func:`accelerator_rows`).
 * ``sidecar-visibility`` (``simulated`` on every tier): owner then ``sshd`` sidecar allocated in the
-  kubelet's order; ``ok`` when the sidecar's injection names nothing the owner was not granted. A
-  partition-backed accelerator answers ``declared`` (reaching its visibility response means creating
-  a partition).
-* ``sliced-runtime-loaded`` / ``sliced-quota-in-force`` (only on an accelerator declaring logical
-  slicing) and ``co-tenancy`` (logical slicing, or partition-backed): ``simulated`` -- the injection
-  was produced and asserted on -- then, on the container-probe tiers, ``measured`` by a probe container
-  granted that injection (:mod:`.probe`; :func:`measure`), or emitted with the reason it was not run.
+  kubelet's order; ``ok`` when the sidecar's injection names nothing the owner was not granted.
+* ``sliced-runtime-loaded`` / ``sliced-quota-in-force`` / ``co-tenancy``: ``simulated`` -- the
+  injection was produced and asserted on -- on every tier; then, on the container-probe tiers,
+  ``measured`` by a probe container granted that injection (:mod:`.probe`; :func:`measure`), or
+  emitted with the reason it was not run. On the tiers that start no container the detail says the
+  tier stops at the injection.
 * Ascend A5 (family ``950``): ``ascend-docker-runtime`` and ``hccl-ranktable`` (``declared``), once
   per mode the accelerator serves (:mod:`gpustack_operator.manufacturers.ascend.a5`).
 
 Host writes: the responder's rendered files go to ``/var/lib/gpustack/operator/preflight/render-*``
 through the host root (never ``.../operator/pods``) and are removed at the end of the pass; under
 ``--dry-run``, or with no host root, to a process-private temporary directory instead, the staged
-library tree being read (never written) through the host root.
+library tree being read (never written) through the host root. Whether a run writes at all is decided
+once, by the run (:func:`gpustack_operator.preflight.run.withheld`), and reaches this pass as
+:attr:`Env.dry_run` / :attr:`Env.dry_why`.
 """
 
 from __future__ import annotations
@@ -72,7 +81,7 @@ from gpustack_operator.manufacturers.respond import (
 )
 from gpustack_operator.preflight import probe
 from gpustack_operator.preflight.models import Check, Depth, State
-from gpustack_operator.preflight.probe import Prober
+from gpustack_operator.preflight.probe import PRELOAD_FILE, Prober
 from gpustack_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -113,6 +122,15 @@ PARTITION_DECLARED = (
     "partition-backed (MIG on): reaching its {what} means driving the capability that also creates a "
     "partition, so it is answered from what the driver declares ({profiles}), not simulated"
 )
+DRY_RUN_WHY = "--dry-run withholds the ask"
+WITHHELD = (
+    "{mode} reads off and was not established: {why} (turning it on is a write, however briefly it is "
+    "held), so whether the driver accepts it was not asked -- a step withheld is an answer, not a failure; "
+    "the slices simulated below assume it on. {remedy} to find out{read}"
+)
+REMEDY_DRY_RUN = "Run it without --dry-run"
+REMEDY_NO_HOST = "Mount the node's / at the host root (-v /:/host) and run it again"
+AS_IF_ON = "simulated as if {mode} were on: its driver-read row was not established ({why})"
 
 
 def declares_slicing(accelerator: Accelerator) -> bool:
@@ -144,6 +162,9 @@ class Env:
     host: HostRoot | None
     host_problem: str | None
     dry_run: bool = False
+    # why this run writes nothing, when it does not (--dry-run, or no host root to enter, which carries
+    # on as a dry run): what a withheld driver ask names
+    dry_why: str = DRY_RUN_WHY
     prober: Prober | None = None
     # where the responder finds the preload-library tree when this run did not stage it onto the host
     # (--dry-run: the tree staging would copy, read from its source; nothing is written)
@@ -203,30 +224,33 @@ def mig_row(manufacturer: str, env: Env, group: DevicesGroup, acc: Accelerator) 
 
 
 def established_row(manufacturer: str, env: Env, group: DevicesGroup, acc: Accelerator) -> Check:
-    """``container-share`` / ``smlu-mode``: on → ok; off → asked on and put straight back (dry run:
-    withheld); not declared → not-declared; unreadable or refused → unavailable."""
+    """``container-share`` / ``smlu-mode``: on → ok; off → asked on and put straight back; not declared
+    → not-declared; unreadable or refused → unavailable.
+
+    Off on a run that writes nothing (``--dry-run``, or no host root to enter) → the ask is withheld:
+    ``ok`` at ``declared``, the mode as read and "not established" (preflight-operations "What the
+    driver-read row means": "Under --dry-run the ask is withheld … The row then reports the mode as read
+    and says it was not established"; "Emitted steps": an answer, not a failure, which does not affect
+    the exit code)."""
     capability, mode = DRIVER_ROW[manufacturer]
     driver = REGISTRY[manufacturer].modes[MODE_NAME[manufacturer]]
     state = _read_mode(driver, env, group, acc)
     if isinstance(state, str):
         return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, state)
     if not state.declared:
-        return _row(acc, capability, mode, State.NOT_DECLARED, Depth.DECLARED, state.detail)
+        words = state.detail or f"this accelerator declares no {driver.mode} mode"
+        return _row(acc, capability, mode, State.NOT_DECLARED, Depth.DECLARED, words)
     if state.enabled is True:
         return _row(acc, capability, mode, State.OK, Depth.DECLARED, f"{driver.mode} is on" + _also(state.detail))
     if state.enabled is None:
         return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, state.detail or "unreadable")
-    if env.dry_run or env.detect is None:
-        return _row(
-            acc,
-            capability,
-            mode,
-            State.UNAVAILABLE,
-            Depth.DECLARED,
-            f"{driver.mode} reads off and was not established: --dry-run withholds the ask (turning it on is a "
-            "write, however briefly it is held), so whether the driver accepts it is not asked -- run without "
-            "--dry-run to find out",
-        )
+    if env.dry_run:
+        read = f"; as read: {state.detail}" if state.detail else ""
+        remedy = REMEDY_DRY_RUN if env.dry_why == DRY_RUN_WHY else REMEDY_NO_HOST
+        words = WITHHELD.format(mode=driver.mode, why=env.dry_why, remedy=remedy, read=read)
+        return _row(acc, capability, mode, State.OK, Depth.DECLARED, words)
+    if env.detect is None:  # not reached: the read above needs it
+        return _row(acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, "this pass has no detection context")
     try:
         change = driver.set(env.detect, state, True)
     except ModeError as exc:
@@ -272,7 +296,7 @@ def sgpu_row(env: Env, group: DevicesGroup, acc: Accelerator) -> Check:
             acc, capability, mode, State.UNAVAILABLE, Depth.DECLARED, f"the registry could not be read: {state}"
         )
     exists = "a subdevice already exists" if state.enabled else "no subdevice exists yet"
-    return _row(acc, capability, mode, State.OK, Depth.DECLARED, f"{exists}: {state.detail}")
+    return _row(acc, capability, mode, State.OK, Depth.DECLARED, f"the registry reads: {exists}{_also(state.detail)}")
 
 
 def cumask_rows(env: Env, groups: list[DevicesGroup]) -> list[Check]:
@@ -578,83 +602,105 @@ def _refused(exc: Exception) -> str:
 def accelerator_rows(
     manufacturer: str, env: Env, sim: Simulation | None, group: DevicesGroup, acc: Accelerator
 ) -> list[Check]:
-    rows: list[Check] = []
+    """The management and slicing rows of one accelerator, by the families it declares (§2.7: "How many
+    of those rows come back is a fact about the accelerator, not the tier"): logical slicing → all
+    four; partition-backed → the two management rows; neither → none of the four ("An absent row is a
+    family this accelerator does not offer")."""
     if partitioning(acc):
-        named = profile_names(acc) or "its partition profiles"
-        for capability in ("sidecar-visibility", "co-tenancy"):
-            what = "visibility response" if capability == "sidecar-visibility" else "second partition"
-            rows.append(
-                _row(acc, capability, PARTITIONED, State.OK, Depth.DECLARED, None).model_copy(
-                    update={"reason": PARTITION_DECLARED.format(what=what, profiles=named)}
-                )
-            )
-        return rows
-    sliced = declares_slicing(acc)
+        return partition_rows(acc)
+    if not declares_slicing(acc):
+        return []
     deeper = PROBE_NOT_BUILT if manufacturer in CONTAINER_TIER else INJECTION_ONLY
-    # sidecar-visibility, on every accelerator (visibility is offered by every one)
-    owner_family = Family.SLICED if sliced and (manufacturer, Family.SLICED) not in NO_SEAM else Family.EXCLUSIVE
+    return [visibility_row(manufacturer, sim, group, acc), *sliced_rows(manufacturer, sim, group, acc, deeper)]
+
+
+def partition_rows(acc: Accelerator) -> list[Check]:
+    """A partition-backed accelerator's two management rows, at ``declared`` (§1.5: "a partition-backed
+    accelerator's visibility answered at declared"); ``sidecar-visibility`` answers for the visibility
+    mode like everywhere else, ``co-tenancy`` for the partitioned one."""
+    named = profile_names(acc) or "its partition profiles"
+    return [
+        _row(
+            acc,
+            capability,
+            mode,
+            State.OK,
+            Depth.DECLARED,
+            PARTITION_DECLARED.format(what=what, profiles=named),
+        )
+        for capability, mode, what in (
+            ("sidecar-visibility", "visibility", "visibility response"),
+            ("co-tenancy", PARTITIONED, "second partition"),
+        )
+    ]
+
+
+def visibility_row(manufacturer: str, sim: Simulation | None, group: DevicesGroup, acc: Accelerator) -> Check:
+    """``sidecar-visibility`` of a sliceable accelerator: a sliced owner (an exclusive one where the
+    sliced path has no seam), then its ``sshd`` sidecar, through one allocator (``simulated``)."""
+    owner_family = Family.EXCLUSIVE if (manufacturer, Family.SLICED) in NO_SEAM else Family.SLICED
     seam = NO_SEAM.get((manufacturer, Family.VISIBILITY)) or NO_SEAM.get((manufacturer, owner_family))
     owner_mode = "sliced" if owner_family is Family.SLICED else "exclusive"
+
+    def row(state: State, depth: Depth, words: str) -> Check:
+        return _row(acc, "sidecar-visibility", "visibility", state, depth, words)
+
     if sim is None:
-        rows.append(_row(acc, "sidecar-visibility", "visibility", State.UNAVAILABLE, Depth.SIMULATED, "no responder"))
-    elif seam is not None:
-        rows.append(
-            _row(
-                acc,
-                "sidecar-visibility",
-                "visibility",
-                State.UNAVAILABLE,
-                Depth.DECLARED,
-                NO_SEAM_WHY.format(what=seam),
-            )
-        )
-    else:
-        try:
-            driven = sim.owner_and_sidecar(group, acc, owner_family is Family.SLICED)
-        except Exception as exc:  # a refusal (or a responder bug) is this row's answer
-            rows.append(
-                _row(
-                    acc,
-                    "sidecar-visibility",
-                    "visibility",
-                    State.UNAVAILABLE,
-                    Depth.SIMULATED,
-                    f"the allocator refused the synthetic {owner_mode} owner and sshd sidecar: {_refused(exc)}",
-                )
-            )
-        else:
-            assert driven.sidecar is not None
-            own = frozenset({acc.id, str(acc.index), *(str(i) for i in acc.physical_indexes or [])})
-            problem = visibility_verdict(driven.owner, driven.sidecar, own)
-            if problem is None:
-                rows.append(
-                    _row(
-                        acc,
-                        "sidecar-visibility",
-                        "visibility",
-                        State.OK,
-                        Depth.SIMULATED,
-                        f"owner ({owner_mode}) then sshd driven through the allocator in the kubelet's order; the "
-                        f"sidecar names {_names(driven.sidecar)}, nothing the owner was not granted",
-                    )
-                )
-            else:
-                rows.append(_row(acc, "sidecar-visibility", "visibility", State.UNAVAILABLE, Depth.SIMULATED, problem))
-    if not sliced:
-        return rows
-    rows.extend(sliced_rows(manufacturer, sim, group, acc, deeper))
-    return rows
+        return row(State.UNAVAILABLE, Depth.SIMULATED, "this manufacturer has no responder to drive")
+    if seam is not None:
+        return row(State.UNAVAILABLE, Depth.DECLARED, NO_SEAM_WHY.format(what=seam))
+    try:
+        driven = sim.owner_and_sidecar(group, acc, owner_family is Family.SLICED)
+    except Exception as exc:  # a refusal (or a responder bug) is this row's answer
+        why = f"the allocator refused the synthetic {owner_mode} owner and sshd sidecar: {_refused(exc)}"
+        return row(State.UNAVAILABLE, Depth.SIMULATED, why)
+    assert driven.sidecar is not None
+    own = frozenset({acc.id, str(acc.index), *(str(i) for i in acc.physical_indexes or [])})
+    problem = visibility_verdict(driven.owner, driven.sidecar, own)
+    if problem is not None:
+        return row(State.UNAVAILABLE, Depth.SIMULATED, problem)
+    return row(
+        State.OK,
+        Depth.SIMULATED,
+        f"owner ({owner_mode}) then sshd driven through the allocator in the kubelet's order; the sidecar names "
+        f"{_names(driven.sidecar)}, nothing the owner was not granted",
+    )
+
+
+def slicing_runtime(ctx: RespondContext, injection: Injection, mib: int, written: str) -> str | None:
+    """What in a slice's injection names the runtime that enforces the slice, in words, or ``None``
+    (``sliced-runtime-loaded`` at ``simulated``: §2.7 "every shared object the injection mounts …, or,
+    where none is mounted, the driver recorded a slicing instance"). Read off the injection alone, so no
+    manufacturer is named here: the preload file (a library of ours, in the address space); else a
+    per-slice record the responder rendered for the vendor runtime (Hygon's vdev record); else the
+    slicing instance the driver was asked to create (recorded by the seam: an sMLU instance, an sGPU
+    subdevice); else the slice's cap handed to the vendor's enforcer in its environment (a kernel
+    module behind the vendor container runtime)."""
+    if any(m.container_path == PRELOAD_FILE for m in injection.mounts):
+        return f"mounts the preload file {PRELOAD_FILE}"
+    records = [m.container_path for m in injection.mounts if m.host_path.startswith(ctx.pods_dir + "/")]
+    if records:
+        return f"mounts the per-slice record the responder rendered for it ({', '.join(records)})"
+    if written.strip():
+        return f"has the driver create its slicing instance ({written.strip().splitlines()[0]})"
+    figures = (str(mib), str(mib * 1024 * 1024))
+    carried = sorted(k for k, v in injection.envs.items() if any(f in v for f in figures))
+    if carried:
+        return f"hands its cap to the vendor's enforcer in {', '.join(carried)} (no library of ours is mounted)"
+    return None
 
 
 def sliced_rows(
     manufacturer: str, sim: Simulation | None, group: DevicesGroup, acc: Accelerator, deeper: str
 ) -> list[Check]:
+    """The two sliced rows and ``co-tenancy`` of a sliceable accelerator, on every tier (§2.7: "The two
+    sliced rows are produced only for an accelerator declaring logical slicing" -- a fact about the
+    accelerator, not the tier): ``simulated`` with ``deeper`` saying how far its tier goes, then measured
+    where a container is started (:func:`measure`)."""
     seam = NO_SEAM.get((manufacturer, Family.SLICED))
-    capabilities: tuple[str, ...] = ("sliced-runtime-loaded", "sliced-quota-in-force", "co-tenancy")
-    if manufacturer not in CONTAINER_TIER:
-        capabilities = ("co-tenancy",)  # §2.7: the sliced rows are the container probe's
+    capabilities = ("sliced-runtime-loaded", "sliced-quota-in-force", "co-tenancy")
     if sim is None or seam is not None:
-        why = NO_SEAM_WHY.format(what=seam) if seam else "no responder"
+        why = NO_SEAM_WHY.format(what=seam) if seam else "this manufacturer has no responder to drive"
         return [_row(acc, c, SLICED, State.UNAVAILABLE, Depth.DECLARED, why) for c in capabilities]
     try:
         first, second = sim.two_slices(group, acc)
@@ -662,39 +708,19 @@ def sliced_rows(
         why = f"the allocator refused a synthetic half-accelerator slice: {_refused(exc)}"
         return [_row(acc, c, SLICED, State.UNAVAILABLE, Depth.SIMULATED, why) for c in capabilities]
     mib = half_mib(group)
-    rows: list[Check] = []
-    if "sliced-runtime-loaded" in capabilities:
-        preload = [m for m in first.mounts if m.container_path == "/etc/ld.so.preload"]
-        if preload or manufacturer == "hygon":
-            said = "mounts the preload file /etc/ld.so.preload" if preload else "renders its vdev record"
-            rows.append(_ok(acc, "sliced-runtime-loaded", f"the slice's injection {said}; {deeper}"))
-        else:
-            rows.append(
-                _row(
-                    acc,
-                    "sliced-runtime-loaded",
-                    SLICED,
-                    State.UNAVAILABLE,
-                    Depth.SIMULATED,
-                    "the slice's injection mounts no slicing runtime",
-                )
-            )
     written = [*sim.written, "", ""][:2]
-    quota = carries_quota(sim.ctx, first, mib, written[0])
-    if "sliced-quota-in-force" in capabilities:
-        if quota:
-            rows.append(_ok(acc, "sliced-quota-in-force", f"the slice's injection carries its {mib} MiB cap; {deeper}"))
-        else:
-            rows.append(
-                _row(
-                    acc,
-                    "sliced-quota-in-force",
-                    SLICED,
-                    State.UNAVAILABLE,
-                    Depth.SIMULATED,
-                    f"the slice's injection names no {mib} MiB cap (half of {group.memory} MiB)",
-                )
-            )
+    runtime = slicing_runtime(sim.ctx, first, mib, written[0])
+    rows: list[Check] = []
+    if runtime is not None:
+        rows.append(_ok(acc, "sliced-runtime-loaded", f"the slice's injection {runtime}; {deeper}"))
+    else:
+        why = "the slice's injection names no slicing runtime: no preload file, no per-slice record, no instance"
+        rows.append(_row(acc, "sliced-runtime-loaded", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why))
+    if carries_quota(sim.ctx, first, mib, written[0]):
+        rows.append(_ok(acc, "sliced-quota-in-force", f"the slice's injection carries its {mib} MiB cap; {deeper}"))
+    else:
+        why = f"the slice's injection names no {mib} MiB cap (half of {group.memory} MiB)"
+        rows.append(_row(acc, "sliced-quota-in-force", SLICED, State.UNAVAILABLE, Depth.SIMULATED, why))
     # each slice carries its own cap; two injections may be identical (a vendor whose slice names nothing
     # per Pod) and still be two independent slices -- the ledger granted both on one accelerator
     both = carries_quota(sim.ctx, first, mib, written[0]) and carries_quota(sim.ctx, second, mib, written[1])
@@ -970,6 +996,9 @@ class HeldMode:
     established: dict[str, Check]  # accelerator id -> its driver-read row
     mode: str = ""
     writable: bool = False
+    # accelerators whose mode the driver reads off and this seam answered on, from an ok row: on a run
+    # that writes nothing, the slices simulated as if the mode were on (:func:`as_if_on`)
+    read_as_on: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.mode = self.real.mode
@@ -979,6 +1008,8 @@ class HeldMode:
         for state in self.real.read(ctx, groups):
             row = self.established.get(state.accelerator)
             if row is not None and row.state is State.OK and state.declared:
+                if state.enabled is not True:
+                    self.read_as_on.add(state.accelerator)
                 state = state.model_copy(update={"enabled": True, "detail": row.detail})
             states.append(state)
         return states
@@ -1017,12 +1048,30 @@ def capability_rows(manufacturer: str, env: Env, groups: list[DevicesGroup]) -> 
     """Every row this version answers for one manufacturer, and the note saying what it does not."""
     rows = driver_rows(manufacturer, env, groups)
     responder = REGISTRY[manufacturer].responder
-    with render_context(env, seams_for(manufacturer, rows)) as ctx:
+    seams = seams_for(manufacturer, rows)
+    with render_context(env, seams) as ctx:
         sim = Simulation(env, responder, ctx) if responder is not None else None
-        rows.extend(management_rows(manufacturer, env, sim, groups))
+        simulated = management_rows(manufacturer, env, sim, groups)
+    held = next((v for v in seams.values() if isinstance(v, HeldMode)), None)
+    if env.dry_run and held is not None:
+        simulated = as_if_on(simulated, held, env.dry_why)
+    rows.extend(simulated)
     if manufacturer == "ascend":
         rows.extend(a5_rows(env, groups))
     return rows, note_for(manufacturer)
+
+
+def as_if_on(rows: list[Check], held: HeldMode, why: str) -> list[Check]:
+    """On a run that writes nothing, the rows of an accelerator whose mode reads off were simulated as
+    if it were on (the ask withheld is an emitted step, not a refusal): each says so."""
+    said = AS_IF_ON.format(mode=held.mode, why=why)
+    out = []
+    for row in rows:
+        if row.accelerator in held.read_as_on:
+            field_name = "reason" if row.state is State.UNAVAILABLE else "detail"
+            row = row.model_copy(update={field_name: f"{getattr(row, field_name)}; {said}"})
+        out.append(row)
+    return out
 
 
 def note_for(manufacturer: str) -> str:

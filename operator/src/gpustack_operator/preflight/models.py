@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any, Self
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from gpustack_operator.discovery.network import NetworkCheck
 from gpustack_operator.ledger.models import CamelModel
@@ -53,8 +55,42 @@ class Detection(CamelModel):
     host: HostView | None = None
 
 
+# The modes the management and sliced rows answer for (supplement §2.7, "The four capability rows"):
+# sidecar-visibility is the visibility mode's on every accelerator, partition-backed ones included
+# (only its depth differs there); co-tenancy is a sliced or a partitioned accelerator's.
+ROW_MODES: dict[str, frozenset[str]] = {
+    "sidecar-visibility": frozenset({"visibility"}),
+    "sliced-runtime-loaded": frozenset({"sliced"}),
+    "sliced-quota-in-force": frozenset({"sliced"}),
+    "co-tenancy": frozenset({"sliced", "partitioned"}),
+}
+
+
+def row_shape_problem(state: State, detail: str | None, reason: str | None, capability: str, mode: str) -> str | None:
+    """Why a row is not of the spec's shape, or ``None`` (supplement §2.8 and §3.8: an ``ok`` row carries
+    ``detail``, an ``unavailable`` row ``reason``; ``not-declared`` says why in ``detail`` as ``ok`` does).
+    Exactly one of the two carries the row's words, and never an empty one: a row with no words is a
+    silent answer, and one with both reads as passing and failing at once."""
+    words, other = ("reason", "detail") if state is State.UNAVAILABLE else ("detail", "reason")
+    said = reason if state is State.UNAVAILABLE else detail
+    if said is None or not said.strip():
+        return f"a {state.value} {capability} row must say why in its {words}"
+    if (detail if state is State.UNAVAILABLE else reason) is not None:
+        return f"a {state.value} {capability} row carries its words in {words}, never in {other}"
+    modes = ROW_MODES.get(capability)
+    if modes is not None and mode not in modes:
+        return f"a {capability} row answers for the {' or '.join(sorted(modes))} mode, not {mode!r}"
+    return None
+
+
 class Check(CamelModel):
-    """One precondition read on one accelerator."""
+    """One precondition read on one accelerator.
+
+    Only a row of the spec's shape can exist (:func:`row_shape_problem`): the model refuses any other
+    one, built, assigned to or copied -- and a document read back (the fleet report's reading) with
+    one in it."""
+
+    model_config = ConfigDict(validate_assignment=True)
 
     accelerator: str
     capability: str
@@ -65,6 +101,18 @@ class Check(CamelModel):
     reason: str | None = None
     command: str | None = None
     evidence: str | None = None
+
+    @model_validator(mode="after")
+    def _spec_shape(self) -> Self:
+        problem = row_shape_problem(self.state, self.detail, self.reason, self.capability, self.mode)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy, validated like any other row (pydantic's own copy skips validation)."""
+        copied = super().model_copy(update=update, deep=deep)
+        return self.model_validate(copied.model_dump())
 
 
 class Group(CamelModel):
