@@ -22,8 +22,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from gpustack_operator.host import HostRoot
 from gpustack_operator.preflight.hostexec import HostExec
 from gpustack_operator.preflight.kubelet import read_kubelet
@@ -31,11 +33,13 @@ from gpustack_operator.preflight.lock import LOCK_PATH, LockHeldError, acquire, 
 from gpustack_operator.preflight.runtime import RuntimeName, RuntimeResolution, resolve_runtime
 from gpustack_operator.preflight.sweep import Step, failure_reason, other_runtimes, sweep
 
-from tests.conftest import make_enterable
+from tests.conftest import REPO, make_enterable
+from tests.integration.test_preflight_tiers import node, stand_in_state
 from tests.tools import kubelet_nodes as kn
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot and mount need root")
 
+CLI = REPO / ".venv/bin/gpustack-operator"
 CALLS = "var/log/fake-cli.calls"
 LABELLED = "gpustack.ai/preflight=true"
 # ids as the CLIs print them with -q (docker and nerdctl truncate to 12 hex digits)
@@ -536,3 +540,47 @@ else:
     ) in proc.stdout
     assert "mount the node's / writable at the host root" in proc.stdout
     assert (root / "var").exists() is existing  # the private mount was read-only: nothing was written through it
+
+
+# -- the lock around a whole run ---------------------------------------------------------------------
+
+
+def test_a_run_that_only_toggles_a_mode_refuses_while_another_run_holds_the_lock(tmp_path: Path) -> None:
+    """§2.5, §2.8: the lock is taken by every run that will write -- here a Cambricon node, whose run
+    starts no probe (no container runtime, and Cambricon's tier starts none) but stages and asks sMLU
+    on where it is off. A real second process holds it: the run refuses before it toggles or stages
+    anything, naming the holder; --dry-run, which writes nothing, takes no lock and is not refused;
+    once the holder is gone (killed, no cleanup), the run goes ahead and the lock file stays."""
+    root = node("mlu370-x8", tmp_path)
+    before = stand_in_state(root)
+    child = hold(root)
+    try:
+        assert first_line(child) == f"held {child.pid}"
+        rc, groups, err = run_cli(root, "--manufacturer=cambricon")
+        assert rc == 1, err
+        (group,) = groups
+        reason = group["detection"]["reason"]
+        assert group["detection"]["state"] == "unavailable" and "checks" not in group
+        assert f"holds this node's lock {LOCK_PATH} (pid {child.pid}, started " in reason
+        assert stand_in_state(root) == before  # no sMLU mode asked on, not even put straight back
+        assert not (root / "var/lib/gpustack/operator/lib").exists()  # nothing staged
+        rc, (group,), err = run_cli(root, "--manufacturer=cambricon", "--dry-run")
+        assert rc == 0 and group["detection"]["state"] == "ok" and group["checks"], err
+        assert stand_in_state(root) == before
+    finally:
+        stop(child)
+    rc, (group,), err = run_cli(root, "--manufacturer=cambricon")
+    assert rc == 0 and group["detection"]["state"] == "ok", err
+    assert stand_in_state(root) != before  # this run did ask sMLU on (and put it back): a write to guard
+    assert (root / LOCK_PATH.lstrip("/")).is_file()
+    with acquire(HostRoot(root)):  # released at the end of the run
+        pass
+
+
+def run_cli(root: Path, *flags: str) -> tuple[int, list[dict[str, Any]], str]:
+    proc = subprocess.run(
+        [str(CLI), "dm", "preflight", "--detect-root", str(root), "--host-root", str(root), *flags],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, yaml.safe_load(proc.stdout)["accelerators"], proc.stderr

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpustack_operator.host import HostRoot
+from gpustack_operator.preflight.lock import acquire
 
 from tests.conftest import REPO, fresh_node, make_enterable
 
@@ -229,4 +231,8 @@ def test_no_runtime_on_the_host_emits_naming_what_was_probed(node: Path, source:
     row = rows(doc, "sliced-quota-in-force")[0]
     assert rc == 0 and row["depth"] == "simulated" and "emitted" in row["detail"]
     assert "no container runtime can be driven on this host" in row["detail"]
-    assert not (node / "var/lib/gpustack/operator/preflight/lock").exists()  # nothing to guard: no lock
+    # no probe, but the library tree was staged -- a host write, so the run took the lock (§2.5), which
+    # stays on disk and is released
+    assert (node / "var/lib/gpustack/operator/lib/nvidia/cuda-12/libvgpu.so").is_file()
+    assert (node / "var/lib/gpustack/operator/preflight/lock").is_file()
+    acquire(HostRoot(node)).release()

@@ -3,6 +3,12 @@ and 3 (:mod:`.capability`, :mod:`.probe`) with the lock, the stale sweep and the
 them, plus the ``network`` and ``topology`` sections and the container-runtime resolution (supplement
 §2.4-§2.8). With capabilities off (the module's ``capabilities: false``) each group's note says only
 question 1 was asked, rather than leaving an empty list that reads as a pass.
+
+What a run may write is decided once (:func:`withheld`): nothing under ``--dry-run`` or with no host
+root to enter; otherwise the four host writes of §2.5 -- the library tree, the responder's rendered
+files, the lock, a driver mode asked on and put straight back -- and the probes. Every run that writes
+takes the lock first (:func:`will_write`), so a second run refuses before it sweeps, stages or toggles
+anything; and no probe starts after a sweep that failed (:func:`probes_blocked`).
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from gpustack_operator.host import HostRoot, HostRootError
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.base import DetectContext, Detected, DetectOutcome, Unmeasured
+from gpustack_operator.preflight.capability import DRY_RUN_WHY, capability_rows, declares_slicing
 from gpustack_operator.preflight.capability import Env as CapabilityEnv
-from gpustack_operator.preflight.capability import capability_rows, declares_slicing
 from gpustack_operator.preflight.crosscheck import cross_check
 from gpustack_operator.preflight.hostexec import HostExec, HostExecError
 from gpustack_operator.preflight.imageref import ImageRef
@@ -77,6 +83,9 @@ NOTE_NOT_YET_ASKED = (
     "sliced, and managed while sliced, was not checked"
 )
 NOTE_PROBE_IMAGE = "the probe image {image} was accepted, but no probe was started (capabilities off)"
+NO_HOST_ROOT_GIVEN = "no host root (--host-root) was given"
+AS_A_DRY_RUN = "{problem}, so this run carries on as a dry run, which withholds the ask"
+SWEEP_FAILED = "the stale-container sweep could not be completed, so no probe was started on this node"
 
 
 def now() -> str:
@@ -293,7 +302,9 @@ def preflight(
     """The report for every manufacturer the pass was asked about (none is ever left out).
 
     With ``settings`` (and ``view``), every manufacturer whose detection is ``ok`` is asked questions
-    2 and 3 (:mod:`.capability`); ``dry_run`` withholds every host and driver write they would make.
+    2 and 3 (:mod:`.capability`); ``dry_run`` withholds every host and driver write they would make, and
+    so does a run with no host root to enter (:func:`withheld`). A run that writes takes the node's
+    lock before anything else, or refuses naming its holder (:func:`will_write`, :func:`locked_report`).
 
     ``host`` is the host root entered to cross-check detection against the host's own vendor CLI and
     read for the kubelet's configuration, which gives both the ``topology`` section and the runtime
@@ -311,38 +322,70 @@ def preflight(
             timestamp=now(), note=f"the network section could not be built: {type(exc).__name__}: {exc}"
         )
     topology, resolution = host_sections(host, runtime)
-    prober: Prober | None = None
+    dry_why = withheld(dry_run, host)
     held: HeldLock | None = None
+    if settings is not None and view is not None and dry_why is None and will_write(result):
+        assert host is not None and host.root is not None  # withheld() said there is one
+        try:
+            held = acquire(host.root)
+        except LockError as exc:
+            return locked_report(result, str(exc), network, topology, resolution, probe_image)
+    try:
+        groups = answer(
+            result,
+            host,
+            dry_why,
+            probe_image=probe_image,
+            view=view,
+            settings=settings,
+            resolution=resolution,
+            preload_source=preload_source,
+            progress=progress,
+        )
+    finally:
+        if held is not None:
+            held.release()
+    return Report(
+        accelerators=groups,
+        network=network,
+        topology=topology,
+        runtime=resolution,
+        probe_image=str(probe_image) if probe_image is not None else None,
+    )
+
+
+def answer(
+    result: NodeDetection,
+    host: HostContext | None,
+    dry_why: str | None,
+    *,
+    probe_image: ImageRef | None,
+    view: HostRoot | None,
+    settings: Settings | None,
+    resolution: RuntimeResolution | None,
+    preload_source: str,
+    progress: Progress | None,
+) -> list[Group]:
+    """Every manufacturer's group; with ``settings``, questions 2 and 3 behind the sweep and staging.
+    Called with the lock held wherever the run writes (``dry_why`` is ``None``)."""
+    prober: Prober | None = None
     stale: str | None = None
     staged: Staged | None = None
+    no_host = host.problem if host is not None else NO_HOST_ROOT_GIVEN
     if settings is not None and view is not None:
-        door = Door(
-            runner=host.exec if host is not None else None,
-            resolution=resolution,
-            no_host=(host.problem if host is not None else "no host root (--host-root) was given"),
-        )
-        # the lock and the sweep guard the probes (§2.8): taken only by a run that will start one
-        runnable = not dry_run and door.runtime is not None and host is not None
-        if runnable and host is not None and host.root is not None and host.exec and would_probe(result):
-            try:
-                held = acquire(host.root)
-            except LockError as exc:
-                return locked_report(result, str(exc), network, topology, resolution, probe_image)
+        door = Door(runner=host.exec if host is not None else None, resolution=resolution, no_host=no_host)
+        if dry_why is None and door.runtime is not None and would_probe(result):
+            assert host is not None and host.root is not None and host.exec is not None and resolution is not None
             say(progress, "sweeping containers an earlier run left behind")
-            assert resolution is not None
-            swept = sweep(host.exec, resolution, other_runtimes(host.root, resolution))
-            stale = failure_reason(swept)
+            stale = failure_reason(sweep(host.exec, resolution, other_runtimes(host.root, resolution)))
         staged = stage(
             ok_groups(result),
             result.cpu.arch if result.cpu is not None else "unknown",
             str(host.root.root) if host is not None and host.root is not None else None,
             preload_source,
-            dry_run=dry_run,
+            dry_run=dry_why is not None,
         )
-        blocked = staged.blocked()
-        if stale is not None:
-            blocked = "the stale-container sweep could not be completed, so no probe was started on this node"
-        prober = Prober(door, probe_image, blocked, progress)
+        prober = Prober(door, probe_image, probes_blocked(stale, staged, host), progress)
     groups = []
     for name, outcome in sorted(result.outcomes.items()):
         try:
@@ -355,8 +398,9 @@ def preflight(
                         view=view, pci=result.pci, settings=settings, manufacturer=result.resolved[name]
                     ),
                     host=host.root if host is not None else None,
-                    host_problem=(host.problem if host is not None else "no host root (--host-root) was given"),
-                    dry_run=dry_run,
+                    host_problem=no_host,
+                    dry_run=dry_why is not None,
+                    dry_why=dry_why or DRY_RUN_WHY,
                     prober=prober,
                     lib_source=preload_source if staged is None or staged.dry_run or staged.error else None,
                 )
@@ -376,15 +420,45 @@ def preflight(
             groups.append(panicked_group(name, outcome, exc))
     if stale is not None:
         groups = [with_stale_rows(g, result.outcomes.get(g.manufacturer), stale) for g in groups]
-    if held is not None:
-        held.release()
-    return Report(
-        accelerators=groups,
-        network=network,
-        topology=topology,
-        runtime=resolution,
-        probe_image=str(probe_image) if probe_image is not None else None,
-    )
+    return groups
+
+
+def withheld(dry_run: bool, host: HostContext | None) -> str | None:
+    """Why this run writes nothing to the node, or ``None`` when it may write: the one rule every write
+    of the run follows (the lock, the sweep, the library tree, the rendered files, a mode asked on, a
+    probe). ``--dry-run`` writes nothing (§2.4: "no lib tree, no rendered files, no driver mode"); nor
+    does a run with no host root to enter, which "carries on as a dry run rather than stopping"
+    (preflight-operations, "The A5 host-state rows") -- a driver mode is not asked on through the node
+    view either, since the run that asks it must be the one that holds the node's lock."""
+    if dry_run:
+        return DRY_RUN_WHY
+    if host is None or host.root is None or host.exec is None:
+        problem = host.problem if host is not None and host.problem else NO_HOST_ROOT_GIVEN
+        return AS_A_DRY_RUN.format(problem=problem)
+    return None
+
+
+def will_write(result: NodeDetection) -> bool:
+    """Would questions 2 and 3 write to this node, dry runs aside? They do wherever an accelerator was
+    detected: its library tree is staged, its responder renders, its driver mode may be asked on, its
+    probes may start -- so that is where the lock is taken (§2.8 "Only one preflight runs on a node at a
+    time"), before any of it. A node with no accelerator gets nothing written, not even the lock."""
+    return any(isinstance(o, Detected) and any(g.accelerators for g in o.groups) for o in result.outcomes.values())
+
+
+def probes_blocked(stale: str | None, staged: Staged, host: HostContext | None) -> str | None:
+    """Why every probe step of this run is emitted rather than run, or ``None`` (§2.6, §2.8).
+
+    A failed stale-container sweep comes first and overrides everything: no probe starts after it
+    (§2.8 "A sweep that could not be completed fails the accelerators it could not clear" -- a leftover
+    still holds its accelerator, so a slice measured beside it would come back short and blame the
+    card). Then no host root: the step's door says so (§2.6 case 4, naming the marker looked for). Then
+    ``--dry-run`` and a tree that could not be staged (§2.6 cases 1 and 2)."""
+    if stale is not None:
+        return SWEEP_FAILED
+    if host is None or host.root is None:
+        return None
+    return staged.blocked()
 
 
 def say(progress: Progress | None, text: str) -> None:
