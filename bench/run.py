@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from gpustack_operator import api
-from gpustack_operator.discovery.detect import detect_node
-from gpustack_operator.discovery.isolate import isolated_detect
+from gpustack_operator.discovery.detect import detect_document, detect_node, monitor_node
+from gpustack_operator.discovery.isolate import isolated_detect, isolated_monitor
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.base import DetectContext, bus_shows_none
 
@@ -68,16 +68,19 @@ def cached_env(cache: Path) -> dict[str, str]:
 
 
 def detect_cpu_per_pass(host: str, passes: int = 20) -> float:
+    """CPU time of one detect pass and its document, in process (``api.detect`` forks the vendor code,
+    whose CPU time this process's clock would not count: the isolation bench measures that)."""
     req = api.make_request(str(HOSTS / host), None)
+    view = HostRoot(req.root)
     start = time.process_time()
     for _ in range(passes):
-        api.detect(req)
+        detect_document(detect_node(view, req.resolved, req.settings))
     return (time.process_time() - start) / passes
 
 
 def isolation_cost(host: str, passes: int = 15) -> tuple[float, float, int]:
-    """Wall time of one preflight detect pass in process vs with vendor code isolated in forked
-    children (discovery/isolate.py); and how many manufacturers were forked."""
+    """Wall time of one detect pass in process vs with vendor code isolated in forked children
+    (discovery/isolate.py, what every command runs); and how many manufacturers were forked."""
     req = api.make_request(str(HOSTS / host), None)
     view = HostRoot(req.root)
     inproc, isolated = [], []
@@ -94,6 +97,22 @@ def isolation_cost(host: str, passes: int = 15) -> tuple[float, float, int]:
         if not bus_shows_none(DetectContext(view=view, pci=result.pci, settings=req.settings, manufacturer=resolved))
     )
     return statistics.median(inproc), statistics.median(isolated), forked
+
+
+def monitor_isolation_cost(host: str, passes: int = 15) -> tuple[float, float]:
+    """Wall time of one monitor pass in process vs each manufacturer sampled in a forked child
+    (discovery/isolate.py, what ``dm monitor`` runs)."""
+    req = api.make_request(str(HOSTS / host), None)
+    view = HostRoot(req.root)
+    inproc, isolated = [], []
+    for _ in range(passes):
+        start = time.perf_counter()
+        monitor_node(view, req.resolved, req.settings)
+        inproc.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        monitor_node(view, req.resolved, req.settings, sampler=isolated_monitor)
+        isolated.append(time.perf_counter() - start)
+    return statistics.median(inproc), statistics.median(isolated)
 
 
 # The start-up breakdown: each step adds to the one before it, as `dm detect` meets them. pydantic is
@@ -176,12 +195,18 @@ def main(argv: list[str] | None = None) -> None:
         for host in ("h100-sxm-8x", "mi300x-8x", "ascend-910b-8x"):
             print(f"  {host:<24} {detect_cpu_per_pass(host) * 1000:8.2f} ms")
     if "isolation" in only:
-        print("== preflight isolation: detect pass in process vs vendor code in forked children (median wall)")
+        print("== isolation: detect / monitor pass in process vs vendor code in forked children (median wall)")
         for host in ("h100-sxm-8x", "mixed-cambricon-metax", "cpu-only-vm"):
             inproc, isolated, forked = isolation_cost(host)
             per = (isolated - inproc) / forked * 1000 if forked else 0.0
             print(
-                f"  {host:<24} in process {inproc * 1000:7.1f} ms   isolated {isolated * 1000:7.1f} ms   "
+                f"  detect  {host:<24} in process {inproc * 1000:7.1f} ms   isolated {isolated * 1000:7.1f} ms   "
+                f"forked {forked}   +{per:5.1f} ms per forked manufacturer"
+            )
+            inproc, isolated = monitor_isolation_cost(host)
+            per = (isolated - inproc) / forked * 1000 if forked else 0.0
+            print(
+                f"  monitor {host:<24} in process {inproc * 1000:7.1f} ms   isolated {isolated * 1000:7.1f} ms   "
                 f"forked {forked}   +{per:5.1f} ms per forked manufacturer"
             )
     if "process" in only:
