@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -316,3 +317,103 @@ def test_the_total_counts_every_copy(sandbox: Path, monkeypatch: pytest.MonkeyPa
         plan(archive, sandbox / "host", ["amd"])
     assert "2500 bytes" in err.value.problem
     assert list((sandbox / "host").iterdir()) == []
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar to write a sparse archive")
+@pytest.mark.parametrize(
+    "flags",
+    [["--sparse"], ["--sparse", "--format=posix", "--sparse-version=1.0"], ["--sparse", "--format=posix"]],
+    ids=["gnu", "pax-1.0", "pax-0.1"],
+)
+def test_a_small_sparse_member_is_refused_too(sandbox: Path, flags: list[str]) -> None:
+    """Under the cap, a sparse member is still refused: its map is read whole (unbounded, before any
+    size is known) and no preload library has holes."""
+    (sandbox / "src/amd").mkdir(parents=True)
+    with (sandbox / "src/amd/holes.so").open("wb") as holes:
+        holes.write(b"\x7fELF")
+        holes.seek(4 * 1024 * 1024)
+        holes.write(b"end")
+    archive = sandbox / "holes.tar"
+    subprocess.run(["tar", *flags, "-cf", str(archive), "-C", str(sandbox / "src"), "amd"], check=True)
+    with pytest.raises(StageError) as err:
+        plan(archive, sandbox / "host", ["amd"])
+    assert "amd/holes.so" in str(err.value) and "sparse file" in err.value.problem
+    assert "without --sparse" in err.value.remedy
+
+
+def test_headers_tarfile_would_read_whole_are_capped(sandbox: Path) -> None:
+    """A GNU long name is read into memory whole: one longer than PATH_MAX is refused from its header."""
+    archive = sandbox / "longname.tar"
+    header = tarfile.TarInfo("././@LongLink")
+    header.type = tarfile.GNUTYPE_LONGNAME
+    header.size = 1 << 30
+    archive.write_bytes(header.tobuf(tarfile.GNU_FORMAT) + b"a" * 10240)
+    with pytest.raises(StageError) as err:
+        plan(archive, sandbox / "host", ["amd"])
+    assert "long-name header of 1073741824 bytes" in err.value.problem
+
+
+def test_the_entry_count_is_capped(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preload_source, "ENTRIES_MAX", 3)
+    archive = sandbox / "many.tar"
+    with tarfile.open(archive, "w") as tar:
+        for i in range(5):
+            add(tar, f"amd/{i}.so", data=b"x")
+    with pytest.raises(StageError, match="over the cap of 3 entries"):
+        plan(archive, sandbox / "host", ["amd"])
+
+
+class _DeadlineError(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise _DeadlineError
+
+
+def test_a_pipe_swapped_in_after_the_plan_never_blocks_the_apply(sandbox: Path) -> None:
+    """The apply opens every source file without blocking and refuses what is not a regular file
+    (a read of a pipe with no writer would wait for ever)."""
+    src = sandbox / "src/amd"
+    src.mkdir(parents=True)
+    (src / "libvrocm.so").write_bytes(b"vrocm")
+    with plan(sandbox / "src", sandbox / "host", ["amd"]) as staged:
+        (src / "libvrocm.so").unlink()
+        os.mkfifo(src / "libvrocm.so")
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(10)
+        try:
+            with pytest.raises(StageError) as err:
+                apply(staged)
+        except _DeadlineError:
+            pytest.fail("apply blocked on a named pipe")
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    assert "named pipe" in err.value.problem and str(src / "libvrocm.so") in str(err.value)
+    assert [p.name for p in (sandbox / "host" / LIB_DIR).iterdir()] == []
+
+
+def test_a_huge_file_in_the_destination_is_listed_by_size_not_read(sandbox: Path) -> None:
+    src = sandbox / "src/amd"
+    src.mkdir(parents=True)
+    (src / "libvrocm.so").write_bytes(b"vrocm")
+    host = sandbox / "host"
+    with plan(sandbox / "src", host, ["amd"]) as staged:
+        apply(staged)
+    with (host / LIB_DIR / "amd/libvrocm.so").open("r+b") as planted:
+        planted.truncate(TIB)
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from gpustack_operator.preload import plan\n"
+        "with plan(Path(sys.argv[1]), Path(sys.argv[2]), ['amd']) as p:\n"
+        "    print(json.dumps({'replaced': p.subtrees[0].replaced, 'diff': p.diff()}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(sandbox / "src"), str(host)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["replaced"] == ["libvrocm.so"]
+    assert f"libvrocm.so  0644  {TIB} bytes (over the size cap, not read)" in result["diff"][0]["before"]
