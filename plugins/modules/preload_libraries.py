@@ -41,8 +41,14 @@ options:
       - The preload-library tree, laid out as C(<manufacturer>[/<runtime-subdir>]/...) (the
         operator image's C(lib) directory) - a directory, or a C(.tar) / C(.tar.gz) / C(.tar.xz)
         archive of one whose members are relative to that root.
-      - Archive members are checked before anything is extracted - an absolute name, a C(..)
-        component, a link leaving the archive, a device, pipe or socket fails the task.
+      - An archive is read member by member and never extracted to plan, so check mode writes
+        nothing anywhere (C($TMPDIR) included). An absolute name, a C(..) component, a member
+        placed through a symlink or a file, a symlink leaving the archive (followed link by link
+        through the archive's own members, never by C(realpath)), a hard link to anything but an
+        earlier file, a device, pipe, socket or sparse member fails the task, naming the member.
+      - Sizes are read from the headers before anything is read - one file over 512 MiB, or the
+        whole over 2 GiB or 100,000 entries (every copy counted - a hard link, a link out of its
+        subtree staged as its file), fails the task naming the file, its size and the cap.
       - A subtree the node needs that the source does not carry fails the task, naming it. An empty or
         blank value is refused.
     type: path
@@ -70,7 +76,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Plans only - reports what would be added, replaced and removed; writes nothing.
+    description: Plans only - reports what would be added, replaced and removed; writes nothing, a tarball source included (it is read, never extracted).
   diff_mode:
     support: full
     description: One diff per subtree that changes - its listing (path, mode, sha256 or link target) before and after.

@@ -10,7 +10,10 @@ tree preflight stages and the tree the module stages cannot differ.
 ``source`` is the tree as this container carries it (``--preload-source``, default
 :data:`DEFAULT_SOURCE`, the operator image's ``lib`` directory): read in the container's own view, never
 through the host root. Under ``--dry-run`` the plan is made and nothing is written (the responder then
-reads the planned tree from the source, so what it renders is what the staged run would render).
+reads the planned tree from the source, so what it renders is what the staged run would render). A tarball
+source is read member by member and never extracted to plan, so ``--dry-run`` writes nothing in
+``$TMPDIR`` either, and a hostile one (a member placed through a symlink, a link leaving the archive, a
+sparse or oversized member) is an ``error`` naming it, before anything is written (issue 16).
 
 A tree that could not be staged is a reason every container step is emitted (§2.6 case 2: "the command,
 naming what could not be written; not runnable until fixed"), not a row of its own: whether an
