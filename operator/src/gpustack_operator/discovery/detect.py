@@ -92,10 +92,11 @@ def run_monitor(name: str, ctx: DetectContext) -> MonitorOutcome:
 
 
 def crashed(name: str, runner: str, exc: Exception) -> Unmeasured:
-    """The panic guard's answer: one manufacturer's crash, in one line on stderr (the trace only at
-    debug level -- a traceback on stderr is a defect even when the document is written)."""
+    """The panic guard's answer: one manufacturer's crash as its ``Unmeasured`` reason, one line (the
+    trace is logged at debug level only -- a traceback on stderr is a defect even when the document is
+    written)."""
     reason = f"the {name} {runner} crashed: {type(exc).__name__}: {exc}"
-    log.error("%s", reason)
+    log.info("%s", reason)  # every caller names it (the document, the command's own stderr line)
     log.debug("the %s %s crashed", name, runner, exc_info=exc)
     return Unmeasured(reason)
 

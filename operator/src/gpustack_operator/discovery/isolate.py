@@ -207,7 +207,7 @@ def contained[T](
         reason = f"the {name} {what.runner} crashed: {first}"
     else:
         reason = death(name, result, what)
-    log.error("%s", reason)
+    log.info("%s", reason)  # every caller names it (the document, the command's own stderr line)
     return Unmeasured(reason)
 
 
