@@ -268,6 +268,28 @@ def test_a_corrupt_neighbour_config_fails_closed(tmp_path: Path) -> None:
         RESPONDER.respond(node.grant(Family.SLICED, 0), node.ctx)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "physical-npu-id=\u0660\nvirtual-npu-id=\u0660\n",  # Arabic-Indic zeros: int() reads them, the file is not ours
+        "physical-npu-id=0\nvirtual-npu-id=1_0\n",  # int() reads 10
+        "physical-npu-id=0\nvirtual-npu-id=+1\n",
+        "physical-npu-id=0\nvirtual-npu-id=" + "9" * 5000 + "\n",
+        "physical-npu-id=0\nvirtual-npu-id=63\n",  # past the 63 vNPUs a device serves
+    ],
+)
+def test_a_neighbour_config_with_ids_no_slice_could_hold_fails_closed(tmp_path: Path, text: str) -> None:
+    node = Node(tmp_path)
+    node.stage("ascend/cann-8-910b")
+    bad = node.host_dir / node.ctx.pod_dir("x", "main").lstrip("/")
+    bad.mkdir(parents=True)
+    (bad / "npu_info.config").write_text(text)
+    with pytest.raises(RefusedError) as err:
+        RESPONDER.respond(node.grant(Family.SLICED, 0), node.ctx)
+    assert "/pods/x/main/npu_info.config" in err.value.message and "repair or remove it" in err.value.message
+    assert not (node.host_dir / node.ctx.pod_dir("uid-1", "main", "npu_info.config").lstrip("/")).exists()
+
+
 def test_multi_accelerator_slice_is_refused_before_the_flag(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.stage("ascend/cann-8-910b")

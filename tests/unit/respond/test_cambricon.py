@@ -229,3 +229,39 @@ def test_reclaim_of_an_unreadable_record_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RefusedError, match="cannot be read"):
         RESPONDER.reclaim("uid-1", node.ctx)
     assert node.kv("device.1.smlu.1")  # nothing destroyed on a guess
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("index", float("inf")),  # json.dumps writes Infinity, which json.loads reads back
+        ("index", float("nan")),
+        ("index", 10**30),
+        ("index", 256),  # a handle is instance << 8 | index: an index is one byte
+        ("index", -1),
+        ("index", "1"),
+        ("index", True),
+        ("name", "vendor-made"),  # not a name this responder gives an instance: never destroyed
+        ("name", 7),
+        ("instances", {"index": 1}),
+    ],
+)
+def test_reclaim_refuses_a_record_no_slice_of_ours_could_have_written(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    """A gone Pod's record with a value the responder never writes is refused naming the file (the
+    allocator keeps the directory and retries), never an exception, and nothing is destroyed."""
+    node = Node(tmp_path)
+    RESPONDER.respond(node.grant(Family.SLICED, 1), node.ctx)
+    edit_kv_fixture(node.root / FIXTURE, **{"device.1.smlu.2": "0:vendor-made"})  # someone else's instance
+    path = node.host_dir / node.ctx.pod_dir("uid-1", "main", "smlu.json").lstrip("/")
+    doc = json.loads(path.read_text())
+    if field == "instances":
+        doc["instances"] = value
+    else:
+        doc["instances"][0][field] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(RefusedError) as err:
+        RESPONDER.reclaim("uid-1", node.ctx)
+    assert "/pods/uid-1/main/smlu.json" in err.value.message
+    assert node.kv("device.1.smlu.1") and node.kv("device.1.smlu.2") == "0:vendor-made"

@@ -6,6 +6,7 @@ best-effort."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -215,3 +216,38 @@ def test_reclaim_of_an_unreadable_record_is_refused(tmp_path: Path) -> None:
     (root / ctx.pod_dir("gone", "metax-sgpu.main.json").lstrip("/")).write_text("{not json")
     with pytest.raises(RefusedError, match="what it made is unknown"):
         RESPONDER.reclaim("gone", ctx)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("bus_id", "../../../../elsewhere"),  # a record is never a path: only a PCI address names a GPU
+        ("bus_id", "0000:0f:00.0/../../../../elsewhere"),
+        ("index", 16),  # the driver's DefaultDevCnt: sgpu0..sgpu15
+        ("index", -1),
+        ("index", True),
+        ("compute", 0),
+        ("compute", 101),
+    ],
+)
+def test_reclaim_refuses_a_record_no_slice_of_ours_could_have_written(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    """A record field outside what the responder writes is corruption: the reclaim is refused naming
+    the file (the directory is kept) and nothing is written to any registry."""
+    root = make_node(tmp_path)
+    ctx = context(root)
+    RESPONDER.respond(sliced(group_of(root), 1, 50, uid="gone"), ctx)
+    record = root / ctx.pod_dir("gone", "metax-sgpu.main.json").lstrip("/")
+    doc = json.loads(record.read_text())
+    doc[field] = value
+    record.write_text(json.dumps(doc))
+    planted = root / "elsewhere/sgpu"  # what a path-shaped bus id would reach
+    (planted / "sgpu0").mkdir(parents=True)
+    (registry(root, "0000:0f:00.0") / "sgpu0").mkdir()
+    for reg in (planted, registry(root, "0000:0f:00.0")):
+        (reg / "destroy").write_text("")
+    with pytest.raises(RefusedError) as err:
+        RESPONDER.reclaim("gone", ctx)
+    assert f"{PODS}/gone/metax-sgpu.main.json" in err.value.message and field in err.value.message
+    assert (planted / "destroy").read_text() == "" and (registry(root, "0000:0f:00.0") / "destroy").read_text() == ""

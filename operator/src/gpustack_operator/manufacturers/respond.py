@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.ledger.models import Accelerator, DevicesGroup
@@ -365,6 +365,42 @@ def require_devices(view: HostRoot, paths: list[str], what: str) -> None:
             raise RefusedError(f"{what}: device node {path} does not exist on this node; is the driver loaded?")
 
 
+# -- the per-slice host records ---------------------------------------------------------------------
+
+RECORD_CONFIG = ConfigDict(strict=True, extra="forbid", frozen=True)
+"""A per-slice record model's configuration: exact JSON types (no ``"1"`` or ``true`` for a number,
+no float for an integer -- so no ``Infinity``, ``NaN`` or ``1e400``) and no field the responder never
+writes. Each field's range is the model's own (``Field(ge=..., le=...)``, a ``pattern``)."""
+
+
+def record_problem(exc: ValidationError) -> str:
+    """The first thing wrong with a record, on one line: ``index: Input should be ...``."""
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return "not a record"
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    message = " ".join(str(first.get("msg", "invalid")).split())
+    return f"{where}: {message}" if where else message
+
+
+def read_record[R: BaseModel](host: HostRoot, path: str, model: type[R], what: str) -> R:
+    """The per-slice host record at ``path`` as ``model`` (configured :data:`RECORD_CONFIG`), or
+    :class:`ValueError` naming what is wrong: ``unreadable: <reason>`` (absent, not a regular file,
+    too large, an I/O error) or ``not <what>: <field>: <why>`` (not JSON, nested past the parser's
+    limit, a field of the wrong type or out of its range). The one reader every responder's reclaim
+    and neighbour read takes a JSON record through, so a record on the host -- whoever wrote it --
+    never raises anything else (issue 16: ``Infinity`` in a Cambricon ``smlu.json``)."""
+    try:
+        raw = host.read_text(path)
+    except HostPathError as exc:
+        raise ValueError(f"unreadable: {exc.strerror}") from None
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ValueError(f"not {what}: {record_problem(exc)}") from None
+
+
 PRELOAD_FILE = "/etc/ld.so.preload"
 PRELOAD_DIR = "_preload"  # under a pod's working directory; no container can be named so
 
@@ -422,6 +458,7 @@ __all__ = [
     "LIB_DIR",
     "PODS_DIR",
     "PRELOAD_FILE",
+    "RECORD_CONFIG",
     "SLICES_HELD_UNTIL_GONE",
     "Channel",
     "Code",
@@ -444,6 +481,8 @@ __all__ = [
     "live_slice_pods",
     "mount_pod_dir",
     "mount_preload",
+    "read_record",
+    "record_problem",
     "require_devices",
     "set_default",
 ]

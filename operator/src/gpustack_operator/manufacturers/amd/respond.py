@@ -50,10 +50,10 @@ Pod is gone.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, Field
 
 from gpustack_operator.host import HostPathError, HostRoot
 from gpustack_operator.manufacturers import kfd
@@ -66,6 +66,7 @@ from gpustack_operator.manufacturers.amd.cumask import (
     topology_of,
 )
 from gpustack_operator.manufacturers.respond import (
+    RECORD_CONFIG,
     Family,
     Grant,
     Granted,
@@ -75,6 +76,7 @@ from gpustack_operator.manufacturers.respond import (
     granted_ids,
     mount_pod_dir,
     mount_preload,
+    read_record,
     require_devices,
     set_default,
 )
@@ -91,12 +93,18 @@ RECORD_PREFIX = "amd-cumask."
 RECORD_SUFFIX = ".json"
 
 
+CuIndex = Annotated[int, Field(ge=0, lt=1 << 16)]  # a CU index (an MI300X has 304)
+
+
 class CuMaskRecord(BaseModel):
-    """One sliced container's CU windows, by accelerator id: ``[lo, hi]``."""
+    """One sliced container's CU windows, by accelerator id: ``[lo, hi]``. Read strictly
+    (:func:`..respond.read_record`): a bound of another type or past any card is a corrupt record."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = RECORD_CONFIG
 
-    accelerators: dict[str, tuple[int, int]]
+    accelerators: dict[Annotated[str, Field(min_length=1, max_length=256)], tuple[CuIndex, CuIndex]] = Field(
+        max_length=64
+    )
 
 
 # -- the node's view of one accelerator -----------------------------------------------------------
@@ -153,19 +161,12 @@ def record_path(ctx: RespondContext, pod_uid: str, container: str) -> str:
     return ctx.pod_dir(pod_uid, f"{RECORD_PREFIX}{container}{RECORD_SUFFIX}")
 
 
-def read_record(host: HostRoot, path: str) -> CuMaskRecord:
+def read_cumask_record(host: HostRoot, path: str) -> CuMaskRecord:
     """A record, or :class:`ValueError` naming what is wrong with it."""
-    try:
-        raw = host.read_text(path)
-    except HostPathError as exc:
-        raise ValueError(f"unreadable: {exc.strerror}") from None
-    try:
-        record = CuMaskRecord.model_validate(json.loads(raw))
-    except (ValueError, ValidationError, RecursionError) as exc:
-        raise ValueError(f"not a CU-window record: {str(exc).splitlines()[0]}") from None
+    record = read_record(host, path, CuMaskRecord, "a CU-window record")
     for accelerator, (lo, hi) in record.accelerators.items():
         if lo < 0 or hi < lo:
-            raise ValueError(f"window {lo}-{hi} of {accelerator} is not a CU range")
+            raise ValueError(f"window {lo}-{hi} of {accelerator[:64]!r} is not a CU range")
     return record
 
 
@@ -199,7 +200,7 @@ def neighbour_windows(ctx: RespondContext, own: str) -> dict[str, list[Window]]:
             if path == own:
                 continue
             try:
-                record = read_record(ctx.host, path)
+                record = read_cumask_record(ctx.host, path)
             except ValueError as exc:
                 raise RefusedError(
                     f"another slice's CU-window record {path} is {exc}; the windows it holds are unknown, so no "
@@ -216,7 +217,7 @@ def previous(ctx: RespondContext, path: str) -> CuMaskRecord | None:
     if not ctx.host.exists(path):
         return None
     try:
-        return read_record(ctx.host, path)
+        return read_cumask_record(ctx.host, path)
     except ValueError:
         return None
 

@@ -154,6 +154,7 @@ def library_subtree(group: DevicesGroup) -> str:
 
 
 _LINE = re.compile(r"^([a-z-]+)=(.*)$")
+_ID = re.compile(r"[0-9]{1,9}")  # what render_config writes: ASCII digits, no sign, no separators
 
 
 def parse_config(text: str) -> dict[str, str]:
@@ -181,9 +182,11 @@ def render_config(physical: int, virtual: int, cores: int, memory_mib: int, acce
     )
 
 
-def _config_ids(ctx: RespondContext, path: str) -> tuple[int, int] | None:
-    """(physical, virtual) a config names; ``None`` when absent; refused when unreadable (a corrupt
-    neighbour must not be handed its vNPU id a second time)."""
+def config_ids(ctx: RespondContext, path: str) -> tuple[int, int] | None:
+    """(physical, virtual) a config names; ``None`` when absent; refused when unreadable or naming
+    ids no slice could hold -- anything but the ASCII digits :func:`render_config` writes (``int()``
+    would also read ``+1``, ``1_0`` or Arabic-Indic digits), or a vNPU id past the device's
+    :data:`MAX_VIRTUAL_NPUS` (a corrupt neighbour must not be handed its vNPU id a second time)."""
     try:
         text = ctx.host.read_optional(path)
     except HostPathError as exc:
@@ -191,37 +194,49 @@ def _config_ids(ctx: RespondContext, path: str) -> tuple[int, int] | None:
     if text is None:
         return None
     values = parse_config(text)
+    physical, virtual = values.get("physical-npu-id", ""), values.get("virtual-npu-id", "")
+    if _ID.fullmatch(physical) and _ID.fullmatch(virtual) and int(virtual) < MAX_VIRTUAL_NPUS:
+        return int(physical), int(virtual)
+    raise RefusedError(
+        f"Ascend vNPU config {path} names no physical-npu-id/virtual-npu-id a slice could hold "
+        f"(physical-npu-id={physical[:20]!r}, virtual-npu-id={virtual[:20]!r}, ids 0-{MAX_VIRTUAL_NPUS - 1}); "
+        "repair or remove it (its pod's id is unknown, so none is handed out over it)"
+    )
+
+
+def neighbour_ids(ctx: RespondContext, own: str) -> list[tuple[int, int]]:
+    """(physical, virtual) of every other live container's config on this node: a Pod whose slice the
+    ledger no longer charges (finished, or gone) holds no vNPU id (:meth:`..respond.RespondContext.record_live`).
+    A config or directory that cannot be read is refused."""
+    pods = ctx.pods_dir.rstrip("/")
+    found: list[tuple[int, int]] = []
     try:
-        return int(values["physical-npu-id"]), int(values["virtual-npu-id"])
-    except (KeyError, ValueError):
-        raise RefusedError(
-            f"Ascend vNPU config {path} names no physical-npu-id/virtual-npu-id; repair or remove it "
-            "(its pod's id is unknown, so none is handed out over it)"
-        ) from None
+        if not ctx.host.is_dir(pods):
+            return found
+        for uid in sorted(ctx.host.listdir(pods)):
+            pod = f"{pods}/{uid}"
+            if not ctx.record_live(uid) or not ctx.host.is_dir(pod):
+                continue
+            for container in sorted(ctx.host.listdir(pod)):
+                path = f"{pod}/{container}/{CONFIG_NAME}"
+                if path == own or not ctx.host.is_dir(f"{pod}/{container}"):  # allocation.json, other records
+                    continue
+                ids = config_ids(ctx, path)
+                if ids is not None:
+                    found.append(ids)
+    except HostPathError as exc:
+        raise RefusedError(f"Ascend: {exc}, so the vNPU ids other slices hold are unknown") from None
+    return found
 
 
 def virtual_npu_id(grant: Grant, ctx: RespondContext, physical: int) -> int:
     """The lowest vNPU id on ``physical`` no other live container holds; this container's own id when
     its config already names this NPU (a retried allocation gets the same answer)."""
     own = ctx.pod_dir(grant.container.pod_uid, grant.container.container, CONFIG_NAME)
-    mine = _config_ids(ctx, own)
+    mine = config_ids(ctx, own)
     if mine is not None and mine[0] == physical:
         return mine[1]
-    taken: set[int] = set()
-    if ctx.host.exists(ctx.pods_dir):
-        for uid in sorted(ctx.host.listdir(ctx.pods_dir)):
-            pod = f"{ctx.pods_dir.rstrip('/')}/{uid}"
-            if not ctx.record_live(uid) or not ctx.host.is_dir(pod):
-                continue
-            for container in sorted(ctx.host.listdir(pod)):
-                if not ctx.host.is_dir(f"{pod}/{container}"):  # allocation.json, other vendors' records
-                    continue
-                path = f"{pod}/{container}/{CONFIG_NAME}"
-                if path == own:
-                    continue
-                ids = _config_ids(ctx, path)
-                if ids is not None and ids[0] == physical:
-                    taken.add(ids[1])
+    taken = {ids[1] for ids in neighbour_ids(ctx, own) if ids[0] == physical}
     for candidate in range(MAX_VIRTUAL_NPUS):
         if candidate not in taken:
             return candidate

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import Callable, Iterator
 from typing import cast
+
+from pydantic import BaseModel, Field
 
 from gpustack_operator.host import HostPathError
 from gpustack_operator.host.libs import LibraryLoadError, find_library, load_library
@@ -44,6 +45,7 @@ from gpustack_operator.manufacturers.cambricon.detect import LIBRARY, mlu_id
 from gpustack_operator.manufacturers.cambricon.identity import SMLU_SEAM
 from gpustack_operator.manufacturers.cambricon.modes import NO_API, SMLU
 from gpustack_operator.manufacturers.respond import (
+    RECORD_CONFIG,
     Code,
     Family,
     Grant,
@@ -52,6 +54,7 @@ from gpustack_operator.manufacturers.respond import (
     RefusedError,
     RespondContext,
     granted_ids,
+    read_record,
 )
 
 VISIBLE = "CAMBRICON_VISIBLE_DEVICES"
@@ -66,6 +69,31 @@ PER_CARD_OPTIONAL = (
 )
 RECORD = "smlu.json"
 MIB = 1 << 20
+NAME_PATTERN = r"^gpustack-[0-9a-f]{24}$"  # instance_name(): the only instances this responder makes
+
+
+class SmluRecordEntry(BaseModel):
+    """One sMLU instance a container's ``smlu.json`` records (what the reclaimer destroys)."""
+
+    model_config = RECORD_CONFIG
+
+    accelerator: str = Field(max_length=256)
+    index: int = Field(ge=0, le=255)  # the cnDev index; a handle is ``instance << 8 | index``
+    profile: int = Field(ge=0, lt=1 << 31)
+    instance: int = Field(ge=0, lt=1 << 23)  # the handle is an int32
+    handle: int = Field(ge=0, lt=1 << 31)
+    name: str = Field(pattern=NAME_PATTERN)
+    node: str = Field(max_length=256)
+
+
+class SmluRecord(BaseModel):
+    """``<pods_dir>/<uid>/<container>/smlu.json``. Read strictly (:func:`..respond.read_record`): a
+    value the responder never writes -- ``Infinity``, a number past its range, a string for a number,
+    a name it never gives an instance -- is a corrupt record, refused, never guessed at."""
+
+    model_config = RECORD_CONFIG
+
+    instances: list[SmluRecordEntry] = Field(max_length=64)
 
 
 def driver_index(granted: Granted) -> int:
@@ -237,7 +265,7 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
             )
     ensure_smlu(grant, ctx, injection)
     virtual: list[str] = []
-    records: list[dict[str, object]] = []
+    records: list[SmluRecordEntry] = []
     with _cndev(ctx, f"Cambricon {grant.container.label}") as cn:
         for granted in grant.accelerators:
             instance, pid = _instance(cn, grant, granted, cores, budget.memory_mib)
@@ -253,30 +281,31 @@ def respond_sliced(grant: Grant, ctx: RespondContext, injection: Injection) -> N
             ipcm = f"/dev/cambricon_ipcm{index}"
             virtual.append(",".join([card_node(index), ipcm, instance.dev_node]))
             records.append(
-                {
-                    "accelerator": granted.id,
-                    "index": index,
-                    "profile": pid,
-                    "instance": instance.instance_id,
-                    "handle": instance.instance_id << 8 | index,
-                    "name": instance.name,
-                    "node": instance.dev_node,
-                }
+                SmluRecordEntry(
+                    accelerator=granted.id,
+                    index=index,
+                    profile=pid,
+                    instance=instance.instance_id,
+                    handle=instance.instance_id << 8 | index,
+                    name=instance.name,
+                    node=instance.dev_node,
+                )
             )
     _control(ctx, injection)
     injection.envs[VIRTUAL] = ";".join(virtual)
     directory = ctx.pod_dir(grant.container.pod_uid, grant.container.container)
     try:
         ctx.host.makedirs(directory)
-        ctx.host.write_text(f"{directory}/{RECORD}", json.dumps({"instances": records}, indent=2) + "\n")
+        ctx.host.write_text(f"{directory}/{RECORD}", SmluRecord(instances=records).model_dump_json(indent=2) + "\n")
     except HostPathError as exc:
         raise RefusedError(f"the sMLU instance record {directory}/{RECORD} cannot be written: {exc}") from None
 
 
 def reclaim(pod_uid: str, ctx: RespondContext) -> list[str]:
     """Destroy the sMLU instances a gone Pod's containers recorded (``<container>/smlu.json``) that
-    cnDev still lists under their name. A record that cannot be read, or a cnDev call that fails, is
-    refused: the directory stays and the reclaim is retried."""
+    cnDev still lists under their name. A record that cannot be read (:class:`SmluRecord`, strictly),
+    or a cnDev call that fails, is refused naming it: the allocator logs it, keeps the directory and
+    retries the reclaim -- never an exception of another kind, never a destroy on a guess."""
     directory = ctx.pod_dir(pod_uid)
     if not ctx.host.is_dir(directory):
         return []
@@ -287,10 +316,14 @@ def reclaim(pod_uid: str, ctx: RespondContext) -> list[str]:
             if not ctx.host.is_dir(f"{directory}/{container}") or not ctx.host.exists(path):
                 continue
             try:
-                doc = json.loads(ctx.host.read_text(path))
-                wanted += [(int(r["index"]), str(r["name"])) for r in doc["instances"]]
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
-                raise RefusedError(f"cambricon: the sMLU record {path} cannot be read ({exc})") from None
+                record = read_record(ctx.host, path, SmluRecord, "an sMLU instance record")
+            except ValueError as exc:
+                raise RefusedError(
+                    f"cambricon: the sMLU record {path} cannot be read ({exc}); the instances it names are unknown, "
+                    "so none is destroyed and the reclaim is retried (repair the file, or destroy its instances "
+                    "with cnmon and remove it)"
+                ) from None
+            wanted += [(r.index, r.name) for r in record.instances]
     except HostPathError as exc:
         raise RefusedError(f"cambricon: {directory} cannot be read ({exc})") from None
     if not wanted:
@@ -341,4 +374,4 @@ class CambriconResponder:
 
 RESPONDER = CambriconResponder()
 
-__all__ = ["RESPONDER", "CambriconResponder", "instance_name"]
+__all__ = ["RESPONDER", "CambriconResponder", "SmluRecord", "SmluRecordEntry", "instance_name", "reclaim"]

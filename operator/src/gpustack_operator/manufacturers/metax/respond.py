@@ -41,9 +41,9 @@ neighbour's record that cannot be read fails closed too.
 
 from __future__ import annotations
 
-import json
+import re
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, Field
 
 from gpustack_operator.host import HostPathError
 from gpustack_operator.manufacturers.base import ModeError
@@ -56,6 +56,7 @@ from gpustack_operator.manufacturers.metax.modes import (
     registry_path,
 )
 from gpustack_operator.manufacturers.respond import (
+    RECORD_CONFIG,
     Family,
     Grant,
     Granted,
@@ -63,6 +64,7 @@ from gpustack_operator.manufacturers.respond import (
     RefusedError,
     RespondContext,
     granted_ids,
+    read_record,
     require_devices,
 )
 
@@ -75,14 +77,22 @@ RECORD_PREFIX = "metax-sgpu."
 RECORD_SUFFIX = ".json"
 
 
-class SgpuRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+PCI_ADDRESS = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
 
-    bus_id: str
-    index: int
-    compute: int
-    vram_mib: int
-    alias: str
+
+class SgpuRecord(BaseModel):
+    """``<pods_dir>/<uid>/metax-sgpu.<container>.json``: the subdevice a container was given. Read
+    strictly (:func:`..respond.read_record`): the bus id names a registry path, so anything but a PCI
+    address is a corrupt record (never a path a reclaim writes ``destroy`` under), as is an index past
+    the driver's 16 or a value of another type."""
+
+    model_config = RECORD_CONFIG
+
+    bus_id: str = Field(pattern=PCI_ADDRESS)
+    index: int = Field(ge=0, lt=MAX_SUBDEVICES)
+    compute: int = Field(ge=1, le=100)
+    vram_mib: int = Field(ge=0, lt=1 << 40)
+    alias: str = Field(min_length=1, max_length=512)
 
 
 def drm_nodes(ctx: RespondContext, granted: Granted) -> list[str]:
@@ -113,13 +123,9 @@ def record_path(ctx: RespondContext, grant: Grant) -> str:
     return ctx.pod_dir(grant.container.pod_uid, f"{RECORD_PREFIX}{grant.container.container}{RECORD_SUFFIX}")
 
 
-def read_record(ctx: RespondContext, path: str) -> SgpuRecord:
-    try:
-        return SgpuRecord.model_validate(json.loads(ctx.host.read_text(path)))
-    except HostPathError as exc:
-        raise ValueError(f"unreadable: {exc.strerror}") from None
-    except (ValueError, ValidationError, RecursionError) as exc:
-        raise ValueError(f"not an sgpu record: {str(exc).splitlines()[0]}") from None
+def read_sgpu_record(ctx: RespondContext, path: str) -> SgpuRecord:
+    """A subdevice record, or :class:`ValueError` naming what is wrong with it."""
+    return read_record(ctx.host, path, SgpuRecord, "an sgpu record")
 
 
 def neighbour_indexes(ctx: RespondContext, own: str, bus_id: str) -> set[int]:
@@ -137,7 +143,7 @@ def neighbour_indexes(ctx: RespondContext, own: str, bus_id: str) -> set[int]:
                 if path == own or not (entry.startswith(RECORD_PREFIX) and entry.endswith(RECORD_SUFFIX)):
                     continue
                 try:
-                    record = read_record(ctx, path)
+                    record = read_sgpu_record(ctx, path)
                 except ValueError as exc:
                     raise RefusedError(
                         f"metax: another slice's record {path} is {exc}; the subdevices it holds are unknown, so "
@@ -187,6 +193,8 @@ def ensure_fixed_share(ctx: RespondContext, granted: Granted, registry: str, liv
 
 def create_subdevice(ctx: RespondContext, grant: Grant, granted: Granted, compute: int, vram: int) -> SgpuRecord:
     bus_id = granted.accelerator.topology.pci_bus_id
+    if not re.fullmatch(PCI_ADDRESS, bus_id):
+        raise RefusedError(f"metax GPU {granted.id}: its PCI address {bus_id[:40]!r} is not one; re-run detection")
     registry = registry_path(bus_id)
     try:
         read_registry(ctx.view, granted.accelerator)
@@ -202,7 +210,7 @@ def create_subdevice(ctx: RespondContext, grant: Grant, granted: Granted, comput
     live = subdevices(ctx, registry)
     if ctx.host.exists(path):
         try:
-            mine: SgpuRecord | None = read_record(ctx, path)
+            mine: SgpuRecord | None = read_sgpu_record(ctx, path)
         except ValueError:
             mine = None
         if mine is not None:
@@ -266,9 +274,12 @@ def reclaim(pod_uid: str, ctx: RespondContext) -> list[str]:
             continue
         path = f"{directory}/{entry}"
         try:
-            record = read_record(ctx, path)
+            record = read_sgpu_record(ctx, path)
         except ValueError as exc:
-            raise RefusedError(f"metax: the sgpu record {path} is {exc}; what it made is unknown") from None
+            raise RefusedError(
+                f"metax: the sgpu record {path} is {exc}; what it made is unknown, so nothing is destroyed and the "
+                "reclaim is retried (repair the file, or destroy its subdevice by hand and remove it)"
+            ) from None
         registry = registry_path(record.bus_id)
         if ctx.view.is_dir(registry) and record.index in subdevices(ctx, registry):
             write_sysfs(ctx, f"{registry}/destroy", f"{record.index}\n")
