@@ -25,6 +25,9 @@ SHARED_TOKENS = 10  # shares per accelerator (supplement §5.2)
 VISIBILITY_TOKENS = 512  # SlicedResourceMaxSize (supplement §1.7)
 VISIBILITY_DOMAIN = "device.gpustack.ai"
 DEFAULT_PARTITION_KIND = "mig"  # supplement §5.1: "<kind> is mig for all three partitioning manufacturers"
+# The longest index a token id carries: a card offers at most VISIBILITY_TOKENS (512) of one family, so
+# nine digits are far past any index this plugin advertises, and far short of int()'s 4,300-digit limit.
+MAX_INDEX_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -110,11 +113,15 @@ def token_id(group: str, accelerator: str, index: int) -> str:
 
 
 def parse_token(token: str) -> tuple[str, str, int] | None:
-    """``(group, accelerator, index)`` of a token id, or ``None`` when it is not one. The group id is
-    a label-sanitised name (no ``:``); the accelerator id may itself hold ``:`` (a PCI address)."""
+    """``(group, accelerator, index)`` of a token id, or ``None`` when it is not one -- for any string,
+    never an exception. The group id is a label-sanitised name (no ``:``); the accelerator id may itself
+    hold ``:`` (a PCI address); the index is 1 to :data:`MAX_INDEX_DIGITS` ASCII digits (a longer run
+    is no index this plugin advertises, and ``int()`` would raise on one past 4,300 digits)."""
     group, sep, rest = token.partition(":")
     accelerator, sep2, index = rest.rpartition(":")
-    if not sep or not sep2 or not group or not accelerator or not index.isascii() or not index.isdigit():
+    if not sep or not sep2 or not group or not accelerator:
+        return None
+    if not 0 < len(index) <= MAX_INDEX_DIGITS or not index.isascii() or not index.isdigit():
         return None
     return group, accelerator, int(index)
 
