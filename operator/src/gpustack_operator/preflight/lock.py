@@ -3,12 +3,15 @@ node at a time").
 
 Why: every probe container carries the same label, so a second run's stale-container sweep would
 remove the first run's live probes, and an accelerator whose probe was killed mid-measurement reports
-as unable to slice. A second run therefore refuses *before it sweeps anything*.
+as unable to slice. A second run therefore refuses *before it sweeps anything* -- and before it stages
+a library tree or asks a driver mode on, which would change what the first run is measuring: the lock
+is taken by every run that writes to the node, not only by one that starts a probe
+(``preflight/run.py``: ``will_write``), and by none that writes nothing (``--dry-run``, no host root).
 
 API (what ``preflight/run.py`` wires)::
 
     try:
-        held = acquire(host.root)            # before sweep(); not under --dry-run (§2.8: exempt)
+        held = acquire(host.root)            # before any write; not by a run that writes nothing
     except LockHeldError as exc:             # another run holds it
         ...every manufacturer unavailable, reason str(exc); exit non-zero
     except LockUnusableError as exc:         # the host root cannot carry the lock (read-only, ...)
