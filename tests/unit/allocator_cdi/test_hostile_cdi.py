@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gpustack_operator.allocator.cdi import CdiDecision, CdiResolver, Strategy
+from gpustack_operator.allocator.cdi import CdiDecision, CdiResolver, Strategy, read_engine
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.respond import Channel, RefusedError
 from hypothesis import example, given
@@ -26,6 +26,7 @@ from tests.unit.allocator_cdi.specs import (
     write,
 )
 from tests.unit.hostile import deep_nesting, hostile_text, mutated
+from tests.unit.nonregular import plant, within
 
 pytestmark = pytest.mark.hostile
 
@@ -96,3 +97,197 @@ def test_the_example_tree_is_decided(tmp_path: Path) -> None:
     write(tmp_path, {"/etc/containerd/config.toml": CONTAINERD_V3, "/etc/cdi/nvidia.yaml": nvidia_yaml(GPU_A, GPU_B)})
     decision = CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(tmp_path)).decide([GPU_A, GPU_B], None)
     assert decision.channel is Channel.CDI
+
+
+# -- issue 16: numbers too large to print, keys nested past the interpreter's recursion, FIFOs ------
+
+HUGE_HEX = "0x" + "F" * 10_000
+DEEP_KEY = "a" + ".a" * 3000
+V2_CRI = '[plugins."io.containerd.grpc.v1.cri"'
+ENGINE_CONFIGS = {
+    "huge-version": (f"version = {HUGE_HEX}\n", None),
+    "huge-enable-cdi": (f"version = 2\n{V2_CRI}]\nenable_cdi = {HUGE_HEX}\n", None),
+    "huge-runtime-name": (f"version = 2\n{V2_CRI}.containerd]\ndefault_runtime_name = {HUGE_HEX}\n", None),
+    "huge-binary": (
+        f'version = 2\n{V2_CRI}.containerd]\ndefault_runtime_name = "x"\n'
+        f"{V2_CRI}.containerd.runtimes.x.options]\nBinaryName = {HUGE_HEX}\n",
+        None,
+    ),
+    "huge-containerd": (f'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\ncontainerd = {HUGE_HEX}\n', None),
+    "huge-imported-version": ('imports = ["x.toml"]\nversion = 2\n', f"version = {HUGE_HEX}\n"),
+    "deep-keys-both": (f'imports = ["x.toml"]\nversion = 3\n{DEEP_KEY} = 1\n', f"{DEEP_KEY} = 2\n"),
+    "deep-keys-via-imports": (
+        'imports = ["x.toml"]\nversion = 3\n[plugins."io.containerd.cri.v1.runtime"]\n' + f"{DEEP_KEY} = 1\n",
+        f'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n{DEEP_KEY} = 2\n',
+    ),
+    "deep-keys-reshaped": (
+        'imports = ["x.toml"]\nversion = 3\n[plugins."io.containerd.cri.v1.runtime"]\n' + f"{DEEP_KEY} = 1\n",
+        f"version = 2\n{V2_CRI}]\n{DEEP_KEY} = 2\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_CONFIGS))
+def test_an_engine_config_that_cannot_be_read_is_the_envvar_fallback(tmp_path: Path, name: str) -> None:
+    main, imported = ENGINE_CONFIGS[name]
+    write(
+        tmp_path,
+        {
+            "/etc/containerd/config.toml": main,
+            "/etc/containerd/x.toml": imported or "",
+            "/etc/cdi/nvidia.yaml": nvidia_yaml(GPU_A, GPU_B),
+        },
+    )
+    facts = read_engine(HostRoot(tmp_path), "/etc/containerd")
+    decision = CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(tmp_path)).decide([GPU_A], None)
+    # Malformed (reference rules §11: "a missing or malformed config is unknown"): fallback 2, the
+    # reason naming the file, bounded -- never an exception out of the resolver (Allocate INTERNAL).
+    assert isinstance(facts, str)
+    assert isinstance(decision, CdiDecision) and decision.channel is Channel.ENVVAR
+    assert "the container engine configuration could not be read" in decision.reason
+    assert "/etc/containerd/" in decision.reason
+    assert len(decision.reason) < 2_000
+
+
+@pytest.mark.parametrize("name", ["huge-version", "huge-enable-cdi", "huge-runtime-name", "huge-binary"])
+def test_a_number_too_large_to_print_is_named_by_its_size(tmp_path: Path, name: str) -> None:
+    write(tmp_path, {"/etc/containerd/config.toml": ENGINE_CONFIGS[name][0]})
+    facts = read_engine(HostRoot(tmp_path), "/etc/containerd")
+    assert isinstance(facts, str)
+    assert "40000-bit integer" in facts and "F" * 50 not in facts
+
+
+@pytest.mark.parametrize(
+    ("extra", "readable"),
+    [
+        ("x = 9223372036854775807\ny = -9223372036854775808\n", True),  # TOML's own bounds
+        ("x = 9223372036854775808\n", False),
+        ("y = [[-9223372036854775809]]\n", False),
+        ("z = 0x7FFFFFFFFFFFFFFF\n", True),
+        ("[" + ".".join(["t"] * 30) + "]\nk = 1\n", True),  # deep, but within any real configuration's reach
+        ("[" + ".".join(["t"] * 80) + "]\nk = 1\n", False),
+    ],
+)
+def test_integers_and_depth_at_the_bounds(tmp_path: Path, extra: str, readable: bool) -> None:
+    write(tmp_path, {"/etc/containerd/config.toml": CONTAINERD_V3 + extra})
+    facts = read_engine(HostRoot(tmp_path), "/etc/containerd")
+    assert isinstance(facts, str) != readable, facts
+    if readable:
+        assert not isinstance(facts, str) and facts.resolves_cdi and facts.default_runtime == "runc"
+
+
+@pytest.mark.parametrize(
+    "where", ["/etc/containerd/config.toml", "/etc/containerd/conf.d/x.toml", "/etc/cdi/a.yaml", "/var/run/cdi/b.json"]
+)
+@pytest.mark.parametrize("strategy", [Strategy.AUTO, Strategy.CDI_ANNOTATIONS])
+def test_a_fifo_in_the_view_is_decided_at_once_and_named(tmp_path: Path, where: str, strategy: Strategy) -> None:
+    write(
+        tmp_path,
+        {
+            "/etc/containerd/config.toml": 'imports = ["conf.d/*.toml"]\n' + CONTAINERD_V3,
+            "/etc/cdi/nvidia.yaml": nvidia_yaml(GPU_A, GPU_B),
+        },
+    )
+    plant(tmp_path / where.lstrip("/"), "fifo")
+    resolver = CdiResolver(strategy, KIND, "nvidia", HostRoot(tmp_path))
+    try:
+        decision = within(tmp_path, lambda: resolver.decide([GPU_A], None))
+    except RefusedError as exc:  # pragma: no cover - only if the FIFO hid the one spec naming GPU_A
+        pytest.fail(f"refused: {exc.message}")
+    if strategy is Strategy.AUTO and where.startswith("/etc/containerd"):
+        assert decision.channel is Channel.ENVVAR
+        assert where in decision.reason and "FIFO" in decision.reason
+    else:  # the spec naming GPU_A is read; the FIFO spec beside it is only unreadable
+        assert decision.channel is Channel.CDI
+
+
+def test_a_fifo_spec_that_would_name_the_grant_is_refused_by_name(tmp_path: Path) -> None:
+    write(tmp_path, {"/etc/containerd/config.toml": CONTAINERD_V3})
+    plant(tmp_path / "etc/cdi/nvidia.yaml", "fifo")
+    with pytest.raises(RefusedError) as err:
+        within(
+            tmp_path,
+            lambda: CdiResolver(Strategy.CDI_ANNOTATIONS, KIND, "nvidia", HostRoot(tmp_path)).decide([GPU_A], None),
+        )
+    assert "/etc/cdi/nvidia.yaml" in err.value.message and "FIFO" in err.value.message
+    decision = within(
+        tmp_path, lambda: CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(tmp_path)).decide([GPU_A], None)
+    )
+    assert decision.channel is Channel.ENVVAR and "/etc/cdi/nvidia.yaml" in decision.reason
+
+
+# Whatever TOML holds: integers of any size and base, keys nested thousands deep (dotted, in table
+# headers, in inline tables), spread over an import that the main file also names.
+_TOML_INT = st.one_of(
+    st.integers().map(str),
+    st.integers(1, 20_000).map(lambda n: "0x" + "F" * n),
+    st.integers(1, 20_000).map(lambda n: "0o" + "7" * n),
+    st.integers(1, 20_000).map(lambda n: "0b" + "1" * n),
+    st.integers(4000, 5000).map(lambda n: "9" * n),
+    st.sampled_from(["inf", "-inf", "nan", "1e999", "-0", "true", '"3"', "[]", "{}"]),
+)
+_TOML_KEY = st.sampled_from(
+    ["version", "enable_cdi", "default_runtime_name", "BinaryName", "containerd", "imports", "a"]
+)
+_TOML_PATH = st.lists(
+    st.sampled_from(
+        [
+            "plugins",
+            '"io.containerd.grpc.v1.cri"',
+            '"io.containerd.cri.v1.runtime"',
+            "cri",
+            "containerd",
+            "runtimes",
+            "runc",
+            "options",
+            "a",
+        ]
+    ),
+    max_size=6,
+)
+
+
+@st.composite
+def _toml(draw: st.DrawFn) -> str:
+    lines = []
+    for _ in range(draw(st.integers(1, 6))):
+        shape = draw(st.sampled_from(["value", "deep-dotted", "deep-header", "deep-inline", "table"]))
+        if shape == "value":
+            lines.append(f"{draw(_TOML_KEY)} = {draw(_TOML_INT)}")
+        elif shape == "deep-dotted":
+            lines.append("a" + ".a" * draw(st.integers(1, 4000)) + f" = {draw(_TOML_INT)}")
+        elif shape == "deep-header":
+            lines.append("[" + "a" + ".a" * draw(st.integers(1, 4000)) + "]")
+        elif shape == "deep-inline":
+            n = draw(st.integers(1, 3000))
+            lines.append("x = " + "{a = " * n + "1" + "}" * n)
+        else:
+            path = draw(_TOML_PATH)
+            if path:
+                lines.append("[" + ".".join(path) + "]")
+    return "\n".join(lines) + "\n"
+
+
+ENGINE_TOML = st.one_of(_toml(), CONFIG)
+
+
+@given(main=ENGINE_TOML, imported=ENGINE_TOML, imports=st.booleans())
+@example(main=ENGINE_CONFIGS["deep-keys-both"][0], imported=ENGINE_CONFIGS["deep-keys-both"][1], imports=True)
+@example(main=ENGINE_CONFIGS["huge-binary"][0], imported="", imports=False)
+def test_engine_reader_never_raises(
+    tmp_path_factory: pytest.TempPathFactory, main: str, imported: str, imports: bool
+) -> None:
+    head = 'imports = ["x.toml"]\n' if imports else ""
+    root = _tree(
+        tmp_path_factory.getbasetemp() / "hostile-engine",
+        {"/etc/containerd/config.toml": head + main, "/etc/containerd/x.toml": imported},
+    )
+    facts = read_engine(HostRoot(root), "/etc/containerd")
+    if isinstance(facts, str):
+        assert facts.startswith("/etc/containerd/") and len(facts) < 2_000
+    else:
+        assert type(facts.version) is int and facts.version >= 1
+        assert isinstance(facts.default_runtime, str) and isinstance(facts.resolves_cdi, bool)
+        assert facts.binary is None or isinstance(facts.binary, str)
+    decision = CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(root)).decide([GPU_A], None)
+    assert decision.channel is Channel.ENVVAR  # no specification is on this node

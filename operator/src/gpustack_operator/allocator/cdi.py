@@ -39,6 +39,7 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,13 @@ CONFIG_DIR_VAR = "GPUSTACK_CONTAINERD_CONFIG_DIR"
 SPEC_READ_LIMIT = 4 * 1024 * 1024
 CONFIG_READ_LIMIT = 1024 * 1024
 MAX_CONFIG_FILES = 32  # config.toml plus what its imports name, at most
+# containerd's deepest real table is plugins."<id>".containerd.runtimes.<name>.options (6 levels); a
+# document nested past this is no configuration containerd writes, and is not walked (the import merge
+# would otherwise recurse once per level).
+MAX_CONFIG_DEPTH = 64
+# TOML integers are 64-bit signed (toml.io v1.0.0 "Integer": one that cannot be represented losslessly
+# is an error); Python's tomllib takes any size, containerd's parser does not.
+TOML_INT_MIN, TOML_INT_MAX = -(2**63), 2**63 - 1
 # A default runtime handler is a vendor runtime when its name, or the basename of its BinaryName,
 # contains one of these (case-insensitive): the container runtimes the accelerator vendors ship
 # (nvidia-container-runtime, amd-container-runtime, ascend-docker-runtime, cambricon / mthreads /
@@ -150,6 +158,63 @@ class _MalformedError(Exception):
     pass
 
 
+def _show(value: object, limit: int = 80) -> str:
+    """A value read from a file, for a message: bounded whatever it holds -- an integer of thousands
+    of digits is named by its size (``str()`` of it raises past 4,300 digits), a string or a table is
+    cut to ``limit`` characters."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and not TOML_INT_MIN <= value <= TOML_INT_MAX:
+        return f"a {value.bit_length()}-bit integer"
+    if isinstance(value, dict):
+        return f"a table of {len(value)} keys"
+    if isinstance(value, list):
+        return f"an array of {len(value)} values"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _check_document(path: str, doc: dict[str, object]) -> None:
+    """Refuse, as malformed TOML, what containerd's own parser refuses or no configuration holds: an
+    integer outside TOML's 64-bit range, and nesting past :data:`MAX_CONFIG_DEPTH` (each checked
+    without recursion, so the walk itself cannot be what fails)."""
+    pending: list[tuple[object, tuple[str, ...]]] = [(doc, ())]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not TOML_INT_MIN <= value <= TOML_INT_MAX:
+                raise _MalformedError(
+                    f"{path}: {_dotted(where)} is {_show(value)}, past TOML's 64-bit integers "
+                    "(not TOML containerd reads)"
+                )
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if len(where) >= MAX_CONFIG_DEPTH:
+            raise _MalformedError(
+                f"{path}: {_dotted(where)} is nested more than {MAX_CONFIG_DEPTH} tables or arrays deep, "
+                "which no containerd configuration is"
+            )
+        items = value.items() if isinstance(value, dict) else ((f"[{i}]", v) for i, v in enumerate(value))
+        pending.extend((child, (*where, str(key))) for key, child in items)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _dotted(keys: tuple[str, ...], most: int = 8) -> str:
+    """Where a value sits, as TOML spells the key (``plugins."io.containerd.grpc.v1.cri".enable_cdi``,
+    ``imports[0]``): at most ``most`` levels, each cut to 64 characters."""
+    shown = ""
+    for key in keys[:most]:
+        if key.startswith("["):
+            shown += key
+            continue
+        name = key if _BARE_KEY.fullmatch(key) else json.dumps(key[:64] + ("..." if len(key) > 64 else ""))
+        shown += f".{name}" if shown else name
+    return (shown + (f"... ({len(keys)} levels)" if len(keys) > most else "")) or "the document"
+
+
 def _get(table: object, *keys: str) -> object:
     for key in keys:
         if not isinstance(table, dict):
@@ -196,15 +261,16 @@ def _load_toml(host: HostRoot, path: str) -> dict[str, object]:
         raise _MalformedError(str(exc)) from None
     try:
         doc: dict[str, object] = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError, OverflowError) as exc:
         raise _MalformedError(f"{path}: not TOML ({str(exc)[:200]})") from None
+    _check_document(path, doc)
     return doc
 
 
 def _version(path: str, doc: Mapping[str, object]) -> int:
     raw = doc.get("version", 1)
     if type(raw) is not int or raw < 1:
-        raise _MalformedError(f"{path}: version {raw!r} is not a containerd config version")
+        raise _MalformedError(f"{path}: version {_show(raw)} is not a containerd config version")
     return raw
 
 
@@ -279,7 +345,7 @@ def _engine_facts(path: str, config: dict[str, object]) -> EngineFacts:
         if explicit is None:
             continue
         if not isinstance(explicit, bool):
-            raise _MalformedError(f"{path}: {'.'.join(keys)}.enable_cdi is {explicit!r}, not true or false")
+            raise _MalformedError(f"{path}: {'.'.join(keys)}.enable_cdi is {_show(explicit)}, not true or false")
         resolves = explicit
         evidence = f"{'.'.join(keys)}.enable_cdi = {'true' if explicit else 'false'}"
         break
@@ -300,13 +366,13 @@ def _engine_facts(path: str, config: dict[str, object]) -> EngineFacts:
     if runtime is None:
         runtime = "runc"
     if not isinstance(runtime, str):
-        raise _MalformedError(f"{path}: default_runtime_name is {runtime!r}, not a runtime handler name")
+        raise _MalformedError(f"{path}: default_runtime_name is {_show(runtime)}, not a runtime handler name")
     options = _get(runtimes, runtime, "options")
     binary = _get(options, "BinaryName")
     if binary is None:
         binary = _get(default_options, "BinaryName")
     if binary is not None and not isinstance(binary, str):
-        raise _MalformedError(f"{path}: BinaryName of runtime {runtime!r} is {binary!r}, not a path")
+        raise _MalformedError(f"{path}: BinaryName of runtime {_show(runtime)} is {_show(binary)}, not a path")
     return EngineFacts(path, version, resolves, evidence, runtime, binary or None)
 
 
@@ -489,9 +555,9 @@ class CdiResolver:
             return envvar(f"the container engine configuration could not be read ({facts})")
         vendor = vendor_runtime(facts, self.vendor_runtimes)
         if vendor is not None:
-            binary = f" (BinaryName {facts.binary})" if facts.binary else ""
+            binary = f" (BinaryName {_show(facts.binary)})" if facts.binary else ""
             return envvar(
-                f"the engine's default runtime handler {facts.default_runtime!r}{binary} is a vendor runtime "
+                f"the engine's default runtime handler {_show(facts.default_runtime)}{binary} is a vendor runtime "
                 f"({vendor}): the variable already works there and a CDI request would be a second injection path"
             )
         if not facts.resolves_cdi:
