@@ -47,7 +47,7 @@ options:
         through the archive's own members, never by C(realpath)), a hard link to anything but an
         earlier file, a device, pipe, socket or sparse member fails the task, naming the member.
       - Sizes are read from the headers before anything is read - one file over 512 MiB, or the
-        whole over 2 GiB or 100,000 entries (every copy counted - a hard link, a link out of its
+        whole over 2 GiB or 10,000 entries (every copy counted - a hard link, a link out of its
         subtree staged as its file), fails the task naming the file, its size and the cap.
       - A subtree the node needs that the source does not carry fails the task, naming it. An empty or
         blank value is refused.

@@ -417,3 +417,55 @@ def test_a_huge_file_in_the_destination_is_listed_by_size_not_read(sandbox: Path
     result = json.loads(proc.stdout)
     assert result["replaced"] == ["libvrocm.so"]
     assert f"libvrocm.so  0644  {TIB} bytes (over the size cap, not read)" in result["diff"][0]["before"]
+
+
+def test_resolving_the_links_is_bounded_in_all(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each link resolves within its own limits, but the archive's together are refused past the
+    budget shared by all of them (lowered here: at the real one, 10,000 such links would take minutes)."""
+    monkeypatch.setattr(preload_source, "TOTAL_STEPS", 1000)
+    archive = sandbox / "slow.tar"
+    with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tar:
+        add(tar, "amd/x", data=b"x")
+        for i in range(20):
+            add(tar, f"amd/l{i}", tarfile.SYMTYPE, "a/.." * 50 + "x")
+    with pytest.raises(StageError) as err:
+        plan(archive, sandbox / "host", ["amd"])
+    assert "more than 1000 path components in all" in err.value.problem
+    monkeypatch.setattr(preload_source, "TOTAL_STEPS", 200_000)
+    with pytest.raises(StageError, match="more than 1024 path components"):
+        with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tar:
+            add(tar, "amd/l", tarfile.SYMTYPE, "./" * 1100 + "x")
+        plan(archive, sandbox / "host", ["amd"])
+
+
+def test_undecodable_names_are_refused_readably(sandbox: Path) -> None:
+    """A name that is not UTF-8 would make the module's answer one Ansible refuses to read, hiding the
+    error: it is refused, named with the bytes escaped (every message encodes as UTF-8)."""
+    archive = sandbox / "bytes.tar"
+    with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT, errors="surrogateescape") as tar:
+        add(tar, "amd/lib\udcff.so", data=b"x")
+    with pytest.raises(StageError) as err:
+        plan(archive, sandbox / "host", ["amd"])
+    assert "amd/lib\\xff.so" in str(err.value) and "not UTF-8" in err.value.problem
+    str(err.value).encode("utf-8")
+
+    src = sandbox / "src"
+    (src / "amd").mkdir(parents=True)
+    (src / "amd" / os.fsdecode(b"lib\xfe.so")).write_bytes(b"x")
+    with pytest.raises(StageError) as err:
+        plan(src, sandbox / "host", ["amd"])
+    assert "lib\\xfe.so" in str(err.value)
+    str(err.value).encode("utf-8")
+
+
+def test_an_undecodable_name_planted_in_the_destination_is_reported_readably(sandbox: Path) -> None:
+    src = sandbox / "src"
+    (src / "amd").mkdir(parents=True)
+    (src / "amd/libvrocm.so").write_bytes(b"vrocm")
+    host = sandbox / "host"
+    stage_node(_node(host), src, host, check=False)
+    (host / LIB_DIR / "amd" / os.fsdecode(b"planted\xff")).write_bytes(b"x")
+    checked = stage_node(_node(host), src, host, check=True)
+    assert checked.removed == ["amd/planted\\xff"]
+    checked.model_dump_json().encode("utf-8")
+    json.dumps(checked.diff, ensure_ascii=False).encode("utf-8")

@@ -35,7 +35,7 @@ import stat
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Self
 
@@ -43,14 +43,20 @@ MIB = 1 << 20
 # How deep a preload tree may nest (a real one is a handful of levels: amd/lib/rocm/...). Deeper is
 # refused: the walks recurse once per level.
 MAX_DEPTH = 64
-# Symlinks followed while resolving one path: Linux's MAXSYMLINKS. A longer chain (or a loop) is refused.
+# Symlinks followed while resolving one path: Linux's MAXSYMLINKS. A longer chain (or a loop) is refused,
+# and so is a resolution of more than MAX_STEPS components in all (40 links of 2,000 ``./`` each, for
+# each of thousands of links, would otherwise be minutes of work; a real one takes a dozen).
 MAX_LINKS = 40
+MAX_STEPS = 1024
+# ... and all the resolutions of one source together: 10,000 links of 1,000 components each ("a/.."
+# five hundred times) would take minutes; a real tree's few hundred links take a few thousand steps.
+TOTAL_STEPS = 200_000
 # One file, and the whole tree, as staged (a real preload library is a few MiB; the image's whole lib
 # tree well under a GiB). Checked from the header before reading: a 10 KiB archive can claim a 1 TiB
 # sparse member, which hashing reads as a terabyte of zeros and staging would write out in full.
 MEMBER_MAX = 512 * MIB
 TOTAL_MAX = 2048 * MIB
-ENTRIES_MAX = 100_000
+ENTRIES_MAX = 10_000
 # A pax extended header longer than this is refused: Python's tarfile before 3.12.6 searches each one
 # with a regular expression quadratic in a run of digits (CVE-2024-6232; 4,000 digits take 25 ms, 20,000
 # a second, per header). A preload tree's headers carry a short path and link target (lib/libx.so.1).
@@ -78,10 +84,30 @@ class StageError(Exception):
     """Bad input or an unsafe destination: ``path`` is what is wrong, ``remedy`` what to do."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str, remedy: str) -> None:
-        self.path = os.fspath(path)
-        self.problem = problem
+        self.path = printable(os.fspath(path))
+        self.problem = printable(problem)
         self.remedy = remedy
-        super().__init__(f"{self.path}: {problem}; {remedy}")
+        super().__init__(f"{self.path}: {self.problem}; {remedy}")
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8: a byte a name could not decode (``surrogateescape``) shown as
+    ``\\xff``. Ansible refuses a module's answer carrying a lone surrogate, which would hide the error."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def refuse_undecodable(where: str, text: str, what: str) -> None:
+    """A name or link target that is not UTF-8 text is refused: staged, it could be reported nowhere."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StageError(
+            where, f"{what} '{printable(text)}' is not UTF-8 text", "rename it (a preload tree's names are ASCII)"
+        ) from None
 
 
 # --- entries ----------------------------------------------------------------------------------
@@ -206,6 +232,7 @@ def validate_member_name(name: str) -> str:
     than :data:`MAX_DEPTH` components deep."""
     if "\x00" in name:
         raise StageError(repr(name), "tar member name carries a NUL byte", "rebuild the archive")
+    refuse_undecodable(name[:200], name, "tar member name")
     if name.startswith("/"):
         raise StageError(name, "tar member has an absolute name", "rebuild the archive with relative names (tar -C)")
     parts = [p for p in name.split("/") if p not in ("", ".")]
@@ -217,13 +244,24 @@ def validate_member_name(name: str) -> str:
 
 
 class LinkLoopError(Exception):
-    """More than :data:`MAX_LINKS` symlinks met resolving one path (a loop, or a chain that long)."""
+    """A path :func:`resolve` gave up on: more than :data:`MAX_LINKS` symlinks (a loop, or a chain that
+    long), more than :data:`MAX_STEPS` components, or the source's :class:`Steps` spent. The message
+    says which."""
+
+
+@dataclass
+class Steps:
+    """The components left to every :func:`resolve` of one source together (:data:`TOTAL_STEPS`)."""
+
+    left: int = field(default_factory=lambda: TOTAL_STEPS)
 
 
 Lookup = Callable[[Parts], "Entry | None"]
 
 
-def resolve(lookup: Lookup, root: Parts, start: Parts, target: str, anchor: Parts | None = None) -> Parts | None:
+def resolve(
+    lookup: Lookup, root: Parts, start: Parts, target: str, *, anchor: Parts | None = None, steps: Steps | None = None
+) -> Parts | None:
     """Where ``target``, read in directory ``root + start``, leads: a path relative to ``root``, or
     ``None`` when it is empty, absolute, or climbs above ``root``.
 
@@ -231,7 +269,8 @@ def resolve(lookup: Lookup, root: Parts, start: Parts, target: str, anchor: Part
     never followed by it): a symlink met is replaced by its target, read from the directory holding
     it; a ``..`` after it climbs from where it led. A component the namespace lacks is a plain name (it
     cannot be a link). ``anchor`` (a directory source's own absolute path) lets an absolute target
-    that names the root lead inside it. Raises :class:`LinkLoopError` past :data:`MAX_LINKS` links.
+    that names the root lead inside it. Raises :class:`LinkLoopError` past :data:`MAX_LINKS` links or
+    :data:`MAX_STEPS` components, or when ``steps`` (shared by a source's resolutions) runs out.
 
     Never ``os.path.realpath``: it stops resolving a path past PATH_MAX and returns the rest as
     written, which a chain of long-named links exploits (issue 16)."""
@@ -253,8 +292,15 @@ def resolve(lookup: Lookup, root: Parts, start: Parts, target: str, anchor: Part
 
     if not push(target):
         return None
-    hops = 0
+    hops = taken = 0
     while pending:
+        taken += 1
+        if taken > MAX_STEPS:
+            raise LinkLoopError(f"more than {MAX_STEPS} path components")
+        if steps is not None:
+            steps.left -= 1
+            if steps.left < 0:
+                raise LinkLoopError(f"resolving the tree's links takes more than {TOTAL_STEPS} path components in all")
         part = pending.pop()
         if part in ("", "."):
             continue
@@ -267,7 +313,7 @@ def resolve(lookup: Lookup, root: Parts, start: Parts, target: str, anchor: Part
         if node is not None and node.kind == "link":
             hops += 1
             if hops > MAX_LINKS:
-                raise LinkLoopError(target)
+                raise LinkLoopError(f"more than {MAX_LINKS} symlinks in a loop or chain")
             if not push(node.digest):
                 return None
             continue
@@ -275,8 +321,14 @@ def resolve(lookup: Lookup, root: Parts, start: Parts, target: str, anchor: Part
     return tuple(stack)
 
 
-def _loop(target: str) -> str:
-    return f"is a symlink to {target}, which does not resolve: more than {MAX_LINKS} symlinks in a loop or chain"
+def shown(text: str, limit: int = 200) -> str:
+    """``text`` for a message: cut at ``limit`` characters (a hostile name can be thousands long)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def loop_problem(target: str, exc: LinkLoopError) -> str:
+    """The problem of a symlink :func:`resolve` gave up on."""
+    return f"is a symlink to {shown(target)}, which does not resolve: {exc}"
 
 
 # --- sources ----------------------------------------------------------------------------------------
@@ -288,6 +340,13 @@ class Source(abc.ABC):
 
     path: Path
     anchor: Parts | None = None
+
+    def __init__(self) -> None:
+        self.steps = Steps()
+
+    def resolve(self, root: Parts, start: Parts, target: str, *, anchored: bool = False) -> Parts | None:
+        """:func:`resolve` through this source (``anchored``: an absolute target naming it leads in)."""
+        return resolve(self.lookup, root, start, target, anchor=self.anchor if anchored else None, steps=self.steps)
 
     @abc.abstractmethod
     def lookup(self, parts: Parts) -> Entry | None:
@@ -397,6 +456,7 @@ class DirSource(Source):
     nothing below it is followed except through :func:`resolve`."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__()
         self.path = path
         self.anchor = Path(os.path.realpath(path)).parts[1:]  # the root as given: the one realpath taken
         self._lookup = fs_lookup(str(path))
@@ -460,7 +520,8 @@ class _TarInfo(tarfile.TarInfo):
     def _proc_gnusparse_10(self, member: tarfile.TarInfo, pax_headers: dict[str, str], _tar: object) -> None:
         """GNU sparse 1.0 (in a pax header): refused before its map is read from the data."""
         size = pax_headers.get("GNU.sparse.realsize", "")
-        _refuse_sparse(pax_headers.get("GNU.sparse.name", member.name), int(size) if size.isdigit() else None)
+        number = int(size) if size.isascii() and size.isdigit() and len(size) <= 30 else None
+        _refuse_sparse(pax_headers.get("GNU.sparse.name", member.name), number)
 
 
 def _refuse_sparse(name: str, size: int | None) -> None:
@@ -491,6 +552,7 @@ class TarSource(Source):
     modes, link targets, and each file's size and sha256 -- without writing anything."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__()
         self.path = path
         self.entries: dict[Parts, Entry] = {(): Entry("dir", 0o755, "")}
         self.names: dict[int, str] = {}  # member index -> its name, to check the archive did not change
@@ -548,10 +610,11 @@ class TarSource(Source):
         if member.issym():
             if not member.linkname:
                 raise StageError(member.name, "tar member is a symlink with an empty target", REMEDY_REBUILD)
+            refuse_undecodable(member.name, member.linkname, "tar member's link target")
             if member.linkname.startswith("/"):
                 raise StageError(
                     member.name,
-                    f"tar member is a symlink to {member.linkname}, outside the archive",
+                    f"tar member is a symlink to {shown(member.linkname)}, outside the archive",
                     "rebuild the archive with relative links that stay inside it (or tar -h)",
                 )
             return Entry("link", 0, member.linkname)
@@ -587,7 +650,7 @@ class TarSource(Source):
         budget.take(name, node.size)  # staged as a copy: it counts again
         return node
 
-    def _place(self, parts: Parts, entry: Entry, shown: str) -> None:
+    def _place(self, parts: Parts, entry: Entry, member: str) -> None:
         """Put ``entry`` at ``parts``: every directory above it a directory (made, mode 0755, when no
         member names it), never a symlink or a file -- nothing is ever placed through a link."""
         for depth in range(1, len(parts)):
@@ -595,9 +658,9 @@ class TarSource(Source):
             if above is None:
                 self.entries[parts[:depth]] = Entry("dir", 0o755, "")
             elif above.kind != "dir":
-                what = f"a symlink (to {above.digest})" if above.kind == "link" else "a file"
+                what = f"a symlink (to {shown(above.digest)})" if above.kind == "link" else "a file"
                 raise StageError(
-                    shown,
+                    member,
                     f"tar member is placed through {'/'.join(parts[:depth])}, which is {what}; refusing to write "
                     "through it",
                     REMEDY_REBUILD,
@@ -605,21 +668,21 @@ class TarSource(Source):
         before = self.entries.get(parts)
         if before is not None and before.kind == "dir" and entry.kind != "dir":
             raise StageError(
-                shown, f"tar member (a {entry.kind}) replaces a directory an earlier member made", REMEDY_REBUILD
+                member, f"tar member (a {entry.kind}) replaces a directory an earlier member made", REMEDY_REBUILD
             )
         if not parts and entry.kind != "dir":
-            raise StageError(shown, f"tar member names the archive root but is a {entry.kind}", REMEDY_REBUILD)
+            raise StageError(member, f"tar member names the archive root but is a {entry.kind}", REMEDY_REBUILD)
         self.entries[parts] = entry
 
     def _check_link(self, parts: Parts, target: str) -> None:
         try:
-            inside = resolve(self.entries.get, (), parts[:-1], target)
-        except LinkLoopError:
-            raise StageError("/".join(parts), f"tar member {_loop(target)}", REMEDY_REBUILD) from None
+            inside = self.resolve((), parts[:-1], target)
+        except LinkLoopError as exc:
+            raise StageError("/".join(parts), f"tar member {loop_problem(target, exc)}", REMEDY_REBUILD) from None
         if inside is None:
             raise StageError(
                 "/".join(parts),
-                f"tar member is a symlink to {target}, outside the archive",
+                f"tar member is a symlink to {shown(target)}, outside the archive",
                 "rebuild the archive with relative links that stay inside it (or tar -h)",
             )
 
@@ -648,8 +711,11 @@ class TarSource(Source):
                             break
                         continue
                     where = f"{self.path}: {self.names.get(index, member.name)}"
-                    name_now = validate_member_name(member.name)
-                    if name_now != self.names.get(index) or not member.isreg() or member.size != entry.size:
+                    try:
+                        same = validate_member_name(member.name) == self.names.get(index)
+                    except StageError:
+                        same = False
+                    if not same or not member.isreg() or member.size != entry.size:
                         raise _changed(where)
                     data = tar.extractfile(member)
                     assert data is not None

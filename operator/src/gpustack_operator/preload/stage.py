@@ -44,15 +44,20 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from gpustack_operator.preload.source import (
     MAX_DEPTH,
+    REMEDY_LINK_OUT,
     Budget,
     Entry,
     LinkLoopError,
     Parts,
     Source,
     StageError,
+    Steps,
     fs_lookup,
     hash_file,
+    loop_problem,
     open_source,
+    printable,
+    refuse_undecodable,
     resolve,
     special_kind,
     staged_mode,
@@ -110,6 +115,7 @@ def _scan_source(source: Source, top: Parts, budget: Budget) -> dict[str, Entry]
         for name in source.children((*top, *rel)):
             path = (*rel, name)
             where = source.where((*top, *path))
+            refuse_undecodable(where, name, "the name")
             node = source.lookup((*top, *path))
             if node is None:
                 raise StageError(where, "disappeared while it was being read", "run again")
@@ -122,6 +128,7 @@ def _scan_source(source: Source, top: Parts, budget: Budget) -> dict[str, Entry]
                 budget.take(where, node.size)
                 entries[key] = source.read((*top, *path), node)
             elif node.kind == "link":
+                refuse_undecodable(where, node.digest, "the link target")
                 entries[key] = _source_link(source, top, path, node.digest, budget)
             else:
                 raise StageError(
@@ -135,21 +142,17 @@ def _scan_source(source: Source, top: Parts, budget: Budget) -> dict[str, Entry]
 def _source_link(source: Source, top: Parts, path: Parts, target: str, budget: Budget) -> Entry:
     where = source.where((*top, *path))
     try:
-        if resolve(source.lookup, top, path[:-1], target) is not None:
+        if source.resolve(top, path[:-1], target) is not None:
             return Entry("link", 0, target)
-        real = resolve(source.lookup, (), (*top, *path[:-1]), target, source.anchor)
-    except LinkLoopError:
-        raise StageError(
-            where,
-            f"is a symlink to {target}, which does not resolve: more than 40 symlinks in a loop or chain",
-            "replace it with the file it stands for (cp -L / tar -h)",
-        ) from None
+        real = source.resolve((), (*top, *path[:-1]), target, anchored=True)
+    except LinkLoopError as exc:
+        raise StageError(where, loop_problem(target, exc), REMEDY_LINK_OUT) from None
     node = source.lookup(real) if real is not None else None
     if real is None or node is None or node.kind != "file":
         raise StageError(
             where,
             f"is a symlink to {target}, which is not a regular file inside the source",
-            "replace it with the file it stands for (cp -L / tar -h)",
+            REMEDY_LINK_OUT,
         )
     budget.take(where, node.size)
     return source.read(real, node)
@@ -161,6 +164,7 @@ def _scan_dest(top: str, budget: Budget) -> dict[str, Entry]:
     ``budget`` lasts (over it, or over the cap on one file, it is listed by size and differs)."""
     entries: dict[str, Entry] = {}
     lookup = fs_lookup(top)
+    steps = Steps()
 
     def walk(directory: str, prefix: Parts) -> None:
         _refuse_depth(directory, len(prefix) + 1)
@@ -173,7 +177,7 @@ def _scan_dest(top: str, budget: Budget) -> dict[str, Entry]:
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(path)
                 try:
-                    inside = resolve(lookup, (), prefix, target) is not None
+                    inside = resolve(lookup, (), prefix, target, steps=steps) is not None
                 except LinkLoopError:
                     inside = False
                 if not inside:
@@ -202,7 +206,7 @@ def _scan_dest(top: str, budget: Budget) -> dict[str, Entry]:
 
 
 def _display(path: str, entries: dict[str, Entry]) -> str:
-    return path + "/" if entries[path].kind == "dir" else path
+    return printable(path + "/" if entries[path].kind == "dir" else path)
 
 
 class SubtreePlan(BaseModel):
@@ -341,7 +345,7 @@ def _source_subtree(source: Source, subtree: str, parts: Parts) -> Parts:
     symlink -- the directory that resolves to inside the source."""
     shown = source.where(parts)
     try:
-        top = resolve(source.lookup, (), (), "/".join(parts), source.anchor)
+        top = source.resolve((), (), "/".join(parts), anchored=True)
     except LinkLoopError:
         top = None
     if top is None:
@@ -392,7 +396,7 @@ def _plan_subtree(
     result._entries = wanted
     result._root_mode = root_mode
     if exists and dest_root_mode is not None:
-        result._before = [f"./  {dest_root_mode:04o}"] + [present[p].describe(p) for p in sorted(present)]
+        result._before = [f"./  {dest_root_mode:04o}"] + [printable(present[p].describe(p)) for p in sorted(present)]
     result._after = [f"./  {root_mode:04o}"] + [wanted[p].describe(p) for p in sorted(wanted)]
     return result
 
