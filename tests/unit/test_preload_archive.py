@@ -192,6 +192,8 @@ def test_a_tarball_plan_writes_nothing_not_even_to_tmpdir(sandbox: Path) -> None
     assert checked.updated == ["amd"]
     dry = staging.stage(_node(host).groups, "amd64", str(host), str(archive), dry_run=True)
     assert dry.error is None and dry.changed == ["amd"]
+    # what the tree would hold, for the responder's dry-run view (the archive cannot be read as a tree)
+    assert {"amd", "amd/lib", "amd/lib/libvrocm.so", "amd/lib/libvrocm.so.1", "amd/vgpu.so"} <= dry.planned
     assert snapshot(sandbox) == before
 
     done = stage_node(_node(host), archive, host, check=False)

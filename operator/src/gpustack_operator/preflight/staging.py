@@ -46,6 +46,10 @@ class Staged:
     error: str | None = None
     dry_run: bool = False
     source: str = DEFAULT_SOURCE
+    # every path the plan stages (or, dry, would stage), relative to the lib tree: ``nvidia/cuda-12``,
+    # ``nvidia/cuda-12/libvgpu.so`` -- what the tree holds afterwards, whatever the source's form (a
+    # directory or an archive, which is never extracted to plan)
+    planned: frozenset[str] = frozenset()
 
     def blocked(self) -> str | None:
         """Why the container steps cannot be taken as printed (§2.6 cases 1 and 2), or ``None``."""
@@ -83,6 +87,9 @@ def stage(groups: list[DevicesGroup], arch: str, host_root: str | None, source: 
     try:
         with plan(Path(source), Path(host_root), subtrees) as staging:
             changed = [s.subtree for s in staging.subtrees if s.changed]
+            planned = frozenset(
+                path for s in staging.subtrees for path in (s.subtree, *(f"{s.subtree}/{p}" for p in s.paths()))
+            )
             if not dry_run:
                 apply(staging)
                 log.info("preflight: staged %s from %s (%s changed)", ", ".join(subtrees), source, len(changed))
@@ -92,7 +99,7 @@ def stage(groups: list[DevicesGroup], arch: str, host_root: str | None, source: 
         return Staged(
             subtrees, error=f"{exc.filename or source}: {exc.strerror or exc}", dry_run=dry_run, source=source
         )
-    return Staged(subtrees, changed, dry_run=dry_run, source=source)
+    return Staged(subtrees, changed, dry_run=dry_run, source=source, planned=planned)
 
 
 __all__ = ["DEFAULT_SOURCE", "Staged", "stage"]

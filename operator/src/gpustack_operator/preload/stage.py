@@ -59,6 +59,7 @@ from gpustack_operator.preload.source import (
     printable,
     refuse_undecodable,
     resolve,
+    shown,
     special_kind,
     staged_mode,
     validate_member_name,
@@ -151,7 +152,7 @@ def _source_link(source: Source, top: Parts, path: Parts, target: str, budget: B
     if real is None or node is None or node.kind != "file":
         raise StageError(
             where,
-            f"is a symlink to {target}, which is not a regular file inside the source",
+            f"is a symlink to {shown(target)}, which is not a regular file inside the source",
             REMEDY_LINK_OUT,
         )
     budget.take(where, node.size)
@@ -183,7 +184,8 @@ def _scan_dest(top: str, budget: Budget) -> dict[str, Entry]:
                 if not inside:
                     raise StageError(
                         path,
-                        f"is a symlink to {target}, leaving the staged tree; refusing to follow or replace through it",
+                        f"is a symlink to {shown(target)}, leaving the staged tree; refusing to follow or replace "
+                        "through it",
                         REMEDY_LINK,
                     )
                 entries[key] = Entry("link", 0, target)
@@ -232,6 +234,10 @@ class SubtreePlan(BaseModel):
     @property
     def changed(self) -> bool:
         return bool(self.added or self.replaced or self.removed) or not self.exists
+
+    def paths(self) -> list[str]:
+        """Every path the subtree holds once staged, relative to it (sorted; directories without ``/``)."""
+        return sorted(self._entries)
 
     def diff(self) -> dict[str, str]:
         """An Ansible diff entry: the subtree's listing before and after (path, mode, sha256)."""
