@@ -603,3 +603,26 @@ def test_the_responders_reclaim_runs_before_a_gone_pods_directory_is_removed(tmp
     responder.fail = False
     alloc.reconcile()  # the sweep finds the kept record and retries
     assert responder.reclaimed == ["uid-p"] and not pod_dir.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "garbage"])
+def test_a_restart_sweep_leaves_an_unreadable_record_alone_and_carries_on(tmp_path: Path, kind: str) -> None:
+    """An ``allocation.json`` that is not a regular file (or not a record) names no manufacturer: the
+    sweep neither hangs on it nor raises, leaves that directory alone and still sweeps its own."""
+    from tests.unit.nonregular import no_leftover_fifo_readers, plant, within
+
+    root = tmp_path / "var/lib/gpustack/operator/pods"
+    (root / "mine").mkdir(parents=True)
+    (root / "mine/allocation.json").write_text(
+        json.dumps({"pod": "a/b", "manufacturer": "nvidia", "mode": "sliced", "accelerators": []})
+    )
+    odd = root / "odd/allocation.json"
+    if kind == "garbage":
+        odd.parent.mkdir(parents=True)
+        odd.write_text('{"manufacturer": Infinity}')
+    else:
+        plant(odd, kind)
+    alloc, _, _ = make_allocator(tmp_path, two_cards())
+    with no_leftover_fifo_readers(tmp_path):
+        within(tmp_path, alloc.reconcile)
+    assert sorted(p.name for p in root.iterdir()) == ["odd"]

@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gpustack_operator.allocator import budget as budgets
 from gpustack_operator.allocator import identify as ident
@@ -105,6 +105,7 @@ from gpustack_operator.manufacturers.respond import (
     Responder,
     SliceBudget,
     live_slice_pods,
+    record_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -908,10 +909,13 @@ class Allocator:
         for uid in uids:
             if uid in live:
                 continue
-            raw = host.read_optional(f"{root}/{uid}/allocation.json")
+            path = f"{root}/{uid}/allocation.json"
             try:
+                raw = host.read_optional(path)
                 record = AllocatedRecord.model_validate_json(raw) if raw else None
-            except ValueError:
+            except (HostPathError, ValidationError) as exc:  # not a file, not a record: no manufacturer's
+                why = record_problem(exc) if isinstance(exc, ValidationError) else str(exc)
+                log.warning("%s: %s is not an allocation record (%s); left alone", self.manufacturer.name, path, why)
                 record = None
             if record is not None and record.manufacturer == self.manufacturer.name:
                 out.add(uid)
