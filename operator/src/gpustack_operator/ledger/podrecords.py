@@ -42,11 +42,17 @@ class _Allocation(BaseModel):
 
 
 def read_pod_records(host: HostRoot) -> list[PodRecord]:
-    """Every pod directory's record; a missing pods directory is no records."""
+    """Every pod directory's record; a missing pods directory is no records. A pods directory that
+    cannot be listed (not a directory -- a file, a FIFO, a device -- or unreadable) is one unreadable
+    record: what it holds is unknown, which is never "nothing is held"."""
     if not host.exists(PODS_DIR):
         return []
+    try:
+        uids = host.listdir(PODS_DIR)
+    except HostPathError as exc:
+        return [PodRecord(uid="?", problem=f"the pods directory cannot be listed: {exc}")]
     records: list[PodRecord] = []
-    for uid in host.listdir(PODS_DIR):
+    for uid in uids:
         path = f"{PODS_DIR}/{uid}/allocation.json"
         try:
             raw = host.read_text(path)
