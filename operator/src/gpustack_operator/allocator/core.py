@@ -23,8 +23,11 @@ then the responder:
    accelerator, and its live instance), and the owner's grant for visibility.
 4. The reservation is written, the :class:`~gpustack_operator.manufacturers.respond.Grant` built
    (accelerators in ascending index, the container's own env and the Pod's runtime class, the
-   budget, the CDI channel) and handed to the responder. A refusal from it gives the reservation back
-   on the spot (a prior claim is restored); any other exception is contained as ``INTERNAL``.
+   budget, the CDI channel) and handed to the responder, with the Pods whose per-slice host records
+   are live (``RespondContext.live_pods``: the ledger's own charging rule over the Pods this call
+   read, so a responder places against exactly the slices the hint and the gate count). A refusal
+   from it gives the reservation back on the spot (a prior claim is restored); any other exception is
+   contained as ``INTERNAL``.
    Sliced and partitioned grants write ``<pods_dir>/<uid>/allocation.json`` (ledger/podrecords.py).
 
 Reading a refusal (the kubelet fails the Pod with ``UnexpectedAdmissionError`` carrying it)
