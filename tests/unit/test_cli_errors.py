@@ -9,13 +9,14 @@ import io
 import json
 import os
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from gpustack_operator import api, cli
 from gpustack_operator.manufacturers.base import DetectContext, DetectOutcome, Manufacturer, MonitorOutcome
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import HOSTS, host
@@ -134,13 +135,15 @@ def test_any_detect_root_is_answered_never_a_traceback(tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path)  # a relative root resolves in an empty directory
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    nodes = [str(HOSTS / n) for n in ("mixed-cambricon-metax", "metax-c500", "unreadable-sysfs", "escaping-symlink")]
     roots = st.one_of(
-        st.sampled_from([*SPECIAL_ROOTS, str(fifo), *nodes]),
+        st.sampled_from([*SPECIAL_ROOTS, str(fifo), str(HOSTS / "unreadable-sysfs"), str(HOSTS / "escaping-symlink")]),
         hostile_text(),
         st.builds(lambda a, b: f"{a}/{b}", st.sampled_from(["", "/", "/tmp", str(HOSTS)]), hostile_text()),
     )
 
+    # a whole command per example (a pass over whatever the root holds, a fork per manufacturer the bus
+    # shows), not one parser call: the profile's 100 ms is a parser's budget; a hang still fails
+    @settings(deadline=timedelta(seconds=2))
     @given(command=st.sampled_from(READS), root=roots)
     def check(command: list[str], root: str) -> None:
         out, err = io.StringIO(), io.StringIO()
