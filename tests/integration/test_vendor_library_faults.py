@@ -14,9 +14,11 @@ hardware).
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,7 @@ def test_mode_refuses_in_one_line_naming_the_library(node: tuple[Path, Path]) ->
 
 def test_serve_refuses_a_manufacturer_it_could_not_measure(node: tuple[Path, Path], tmp_path: Path) -> None:
     root, lib = node
+    sockets = Path(tempfile.mkdtemp(prefix="gpa-", dir="/tmp"))  # short: a socket path holds 107 bytes
     proc = run_cli(
         "dm",
         "serve",
@@ -113,12 +116,13 @@ def test_serve_refuses_a_manufacturer_it_could_not_measure(node: tuple[Path, Pat
         "--kube-api-server",
         "http://127.0.0.1:9",
         "--kube-socket",
-        str(tmp_path / "kubelet.sock"),
+        str(sockets / "kubelet.sock"),
         "--pod-resources-socket",
-        str(tmp_path / "pod-resources.sock"),
+        str(sockets / "pod-resources.sock"),
         "--host-write-root",
         str(tmp_path),
     )
+    shutil.rmtree(sockets)
     assert proc.returncode == 1, proc.stderr
     assert "nothing to serve" in proc.stderr
     assert_cambricon_killed(proc.stderr, lib)
