@@ -4,6 +4,7 @@ the others are answered as usual, and the exit-code rule follows the rows."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from gpustack_operator.preflight.models import State
 from tests.conftest import copy_host, host
 
 
-def test_a_crash_answering_one_manufacturer_is_contained(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crash_answering_one_manufacturer_is_contained(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     real = run.preflight_group
 
     def crash_on_nvidia(name: str, *args: object, **kwargs: object) -> object:
@@ -37,6 +40,10 @@ def test_a_crash_answering_one_manufacturer_is_contained(monkeypatch: pytest.Mon
     assert (nvidia.note or "").startswith("this manufacturer's preflight panicked and was contained")
     assert all(g.detection.state is State.NOT_DECLARED for m, g in groups.items() if m != "nvidia")
     assert len(report.failures()) == 4  # the rows fail the run
+    # one line at error naming the crash; its trace only at debug (a traceback on stderr is a defect)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("nvidia preflight panicked: RuntimeError: invalid memory address" in r.getMessage() for r in errors)
+    assert all(r.exc_info is None for r in errors)
 
 
 def test_detection_answer_tells_the_cases_apart() -> None:

@@ -232,3 +232,25 @@ def test_no_source_is_a_clear_error(tmp_path: Path) -> None:
 def test_an_empty_node_name_is_refused() -> None:
     with pytest.raises(KubeConfigError, match="KUBERNETES_NODE_NAME"):
         NodePods(make_api_client(None, "http://127.0.0.1:1"), "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["key: [unclosed\n", "- a list\n- not a kubeconfig\n", "just a scalar\n", "clusters: 3\nusers: {a: b}\n"],
+)
+def test_a_file_that_is_not_a_kubeconfig_is_a_clear_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(KubeConfigError, match="could not be loaded"):
+        make_api_client(str(path), None)
+
+
+def test_a_kubeconfig_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(KubeConfigError, match="not a regular file"):
+        make_api_client(str(fifo), None)  # a FIFO would block the loader forever
+    with pytest.raises(KubeConfigError, match="not a regular file"):
+        make_api_client(str(tmp_path), None)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 import kubernetes.client
 import urllib3
+import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import load_incluster_config
@@ -41,8 +43,7 @@ def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.cl
     config = kubernetes.client.Configuration()
     try:
         if kubeconfig:
-            if not os.path.isfile(kubeconfig):
-                raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
+            _regular_kubeconfig(kubeconfig, "--kubeconfig")
             _load_kubeconfig(kubeconfig, config)
             source = f"kubeconfig {kubeconfig}"
         elif server:
@@ -52,6 +53,7 @@ def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.cl
             source = "the in-cluster service account"
         elif os.environ.get("KUBECONFIG"):
             path = os.environ["KUBECONFIG"].split(os.pathsep)[0]
+            _regular_kubeconfig(path, "KUBECONFIG")
             _load_kubeconfig(path, config)
             source = f"kubeconfig {path} (KUBECONFIG)"
         else:
@@ -61,6 +63,12 @@ def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.cl
             )
     except ConfigException as exc:
         raise KubeConfigError(f"the API-server configuration could not be loaded: {exc}") from None
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
+        # the client's loader takes any YAML: a file that is not a kubeconfig raises from deep inside it
+        raise KubeConfigError(
+            f"the API-server configuration could not be loaded: not a kubeconfig ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); point --kubeconfig or KUBECONFIG at a kubeconfig file"
+        ) from None
     if server:
         if not server.startswith(("http://", "https://")):
             raise KubeConfigError(f"--kube-api-server {server!r} is not a URL; use https://host:port")
@@ -68,6 +76,19 @@ def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.cl
     config.retries = 0  # one attempt per list: the caller's timeout is the whole budget
     log.info("API server %s (from %s)", config.host, source)
     return kubernetes.client.ApiClient(configuration=config)
+
+
+def _regular_kubeconfig(path: str, flag: str) -> None:
+    """A kubeconfig must be a regular file: a FIFO would block the loader, a directory or device is no
+    kubeconfig. Raises :class:`KubeConfigError` naming ``flag``."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise KubeConfigError(f"{flag} {path}: no such file") from None
+    except OSError as exc:
+        raise KubeConfigError(f"{flag} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise KubeConfigError(f"{flag} {path}: not a regular file; point it at a kubeconfig file")
 
 
 def _load_kubeconfig(path: str, config: kubernetes.client.Configuration) -> None:

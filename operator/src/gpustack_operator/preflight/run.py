@@ -57,6 +57,14 @@ from gpustack_operator.settings import Settings
 
 log = logging.getLogger(__name__)
 
+
+def log_crash(line: str) -> None:
+    """A contained crash: one line on the log at error (the document carries the reason too), the trace
+    at debug only (``-v=3``) -- a traceback on stderr at the default verbosity is a defect (issue 16)."""
+    log.error("%s", line)
+    log.debug("the trace of: %s", line, exc_info=True)
+
+
 DETECTION_NO_ACCELERATOR = "the detect pass found no accelerator of this manufacturer"
 DETECTION_UNMEASURED = (
     "the detect pass could not measure this manufacturer, so whether its accelerators are present is unknown"
@@ -279,8 +287,8 @@ def host_sections(
         topology = topology_section(kubelet, now())
         resolution = resolve_runtime(host.root, kubelet, runtime)
     except Exception as exc:  # contained: the document is still written
-        log.exception("preflight: reading the kubelet's configuration crashed")
         said = f"reading the kubelet's configuration crashed: {type(exc).__name__}: {exc}"
+        log_crash(f"preflight: {said}")
         return not_read(now(), said), unusable_root_resolution(said, runtime)
     log.debug("topology: %s%s", topology.policy.value, f" -- {topology.note}" if topology.note else "")
     log.debug("%s", resolution.line())
@@ -317,7 +325,7 @@ def preflight(
         rows = preflight_rows(result.interfaces) if result.interfaces is not None else None
         network = NetworkSection(timestamp=now(), checks=rows.checks, note=rows.note) if rows is not None else None
     except Exception as exc:
-        log.exception("preflight: the network section crashed")
+        log_crash(f"preflight: the network section crashed: {type(exc).__name__}: {exc}")
         network = NetworkSection(
             timestamp=now(), note=f"the network section could not be built: {type(exc).__name__}: {exc}"
         )
@@ -416,7 +424,7 @@ def answer(
                 )
             )
         except Exception as exc:  # contained to this manufacturer; the trace goes to the log
-            log.exception("preflight: the %s preflight panicked", name)
+            log_crash(f"preflight: the {name} preflight panicked: {type(exc).__name__}: {exc}")
             groups.append(panicked_group(name, outcome, exc))
     if stale is not None:
         groups = [with_stale_rows(g, result.outcomes.get(g.manufacturer), stale) for g in groups]
