@@ -99,5 +99,10 @@ def no_leftover_fifo_readers(root: Path) -> Iterator[None]:
 
 
 def refused_words(kind: str) -> str:
-    """The words a refusal of ``kind`` carries."""
-    return {"fifo": "FIFO", "socket": "socket", "directory": "directory", "chardev": "character device"}[kind]
+    """The words a refusal of ``kind`` carries (a directory: the kernel's own EISDIR text)."""
+    return {
+        "fifo": "a FIFO (named pipe), not a regular file",
+        "socket": "a socket, not a regular file",
+        "directory": "Is a directory",
+        "chardev": "a character device, not a regular file",
+    }[kind]

@@ -6,6 +6,7 @@ device's contents. Writes never follow a link planted beside their target."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -20,25 +21,25 @@ def test_read_text_refuses_a_non_regular_file_at_once(tmp_path: Path, kind: str)
     host = HostRoot(tmp_path)
     with pytest.raises(HostPathError) as err:
         within(tmp_path, lambda: host.read_text("/etc/thing"))
-    message = str(err.value)
-    assert message.startswith("/etc/thing: ")
-    assert refused_words(kind) in message
-    assert "not a regular file" in message
+    assert str(err.value) == f"/etc/thing: {refused_words(kind)}" + (
+        "" if kind == "directory" else ", so it was not read (replace it with the file expected there)"
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_read_optional_does_not_take_a_non_regular_file_for_an_absent_one(tmp_path: Path, kind: str) -> None:
     plant(tmp_path / "etc/thing", kind)
     host = HostRoot(tmp_path)
-    with pytest.raises(HostPathError, match="not a regular file"):
+    with pytest.raises(HostPathError, match=re.escape(refused_words(kind))):
         within(tmp_path, lambda: host.read_optional("/etc/thing"))
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_read_bytes_refuses_it_too(tmp_path: Path, kind: str) -> None:
     plant(tmp_path / "etc/thing", kind)
-    with pytest.raises(HostPathError, match="not a regular file"):
+    with pytest.raises(HostPathError) as err:
         within(tmp_path, lambda: HostRoot(tmp_path).read_bytes("/etc/thing"))
+    assert refused_words(kind) in str(err.value)
 
 
 def test_a_link_to_a_fifo_is_refused_like_the_fifo(tmp_path: Path) -> None:
@@ -85,8 +86,9 @@ def test_a_write_over_a_fifo_target_returns(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["fifo", "directory", "chardev"])
 def test_an_in_place_attribute_write_refuses_a_non_regular_file_at_once(tmp_path: Path, kind: str) -> None:
     plant(tmp_path / "sys/ctl", kind)
-    with pytest.raises(HostPathError, match=r"^/sys/ctl: .*not a regular file"):
+    with pytest.raises(HostPathError) as err:
         within(tmp_path, lambda: HostRoot(tmp_path).write_attribute("/sys/ctl", "1\n"))
+    assert str(err.value).startswith(f"/sys/ctl: {refused_words(kind)}")
 
 
 def test_an_in_place_attribute_write_writes_a_regular_file_without_replacing_it(tmp_path: Path) -> None:

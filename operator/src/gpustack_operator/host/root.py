@@ -75,12 +75,14 @@ def file_kind(mode: int) -> str:
 
 
 def not_regular(host_path: str, mode: int) -> HostPathError:
-    """The error for a host path that is there but is no regular file (``EISDIR`` for a directory,
-    ``EINVAL`` otherwise), naming what it is."""
-    err = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+    """The error for a host path that is there but is no regular file, naming what it is: a directory
+    is the kernel's own ``EISDIR`` ("Is a directory", as reading one always said); anything else is
+    ``EINVAL`` with the kind of file in words."""
+    if stat.S_ISDIR(mode):
+        return HostPathError(host_path, errno.EISDIR)
     return HostPathError(
         host_path,
-        err,
+        errno.EINVAL,
         f"{file_kind(mode)}, not a regular file, so it was not read (replace it with the file expected there)",
     )
 
