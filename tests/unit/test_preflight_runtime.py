@@ -192,10 +192,10 @@ def test_k3s_defaults_name_the_endpoint() -> None:
     ("text", "problem"),
     [
         ("kind: KubeletConfiguration\n  bad: indent\n", "not valid YAML at line 2"),
-        ("- a\n- b\n", "is a list"),
+        ("- a\n- b\n", "is a sequence"),
         ("kind: Config\n", "kind is 'Config'"),
         ("apiVersion: v1\n", "apiVersion is 'v1'"),
-        ("topologyManagerPolicy: [none]\n", "topologyManagerPolicy is a list"),
+        ("topologyManagerPolicy: [none]\n", "topologyManagerPolicy is a sequence"),
         ("a: !!python/object:os.system ls\n", "not valid YAML"),
     ],
 )
