@@ -379,7 +379,13 @@ def record_problem(exc: ValidationError) -> str:
     if not errors:
         return "not a record"
     first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ()))
+    # a location part may be a key the record itself holds: quoted and cut unless it is a plain name
+    where = ".".join(
+        str(part)
+        if isinstance(part, int) or (str(part).isidentifier() and len(str(part)) <= 40)
+        else repr(str(part)[:40])
+        for part in first.get("loc", ())
+    )
     message = " ".join(str(first.get("msg", "invalid")).split())
     return f"{where}: {message}" if where else message
 
