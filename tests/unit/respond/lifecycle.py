@@ -10,6 +10,7 @@ cannot agree with the code it checks by construction.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import shutil
@@ -96,8 +97,10 @@ def _prepare(vendor: str, into: Path) -> Path:
 
 @cache
 def view(vendor: str) -> View:
-    """The vendor's node, copied once per test session (the copies live until the process ends)."""
-    root = _prepare(vendor, Path(tempfile.mkdtemp(prefix=f"lifecycle-{vendor}-")))
+    """The vendor's node, copied once per test session (removed when the process ends)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"lifecycle-{vendor}-"))
+    atexit.register(shutil.rmtree, scratch, True)
+    root = _prepare(vendor, scratch)
     outcome = detect_one(root, vendor)
     assert isinstance(outcome, Detected), outcome
     (group,) = outcome.groups

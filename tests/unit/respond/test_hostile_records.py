@@ -9,8 +9,10 @@ records cut and spliced.
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Callable
 from functools import cache
@@ -120,6 +122,7 @@ def node(vendor: str) -> tuple[Path, RespondContext]:
     library in the view: a record that reads cleanly is refused for the missing library, fast); one
     per vendor, its record rewritten by each example."""
     root = Path(tempfile.mkdtemp(prefix=f"hostile-records-{vendor}-"))
+    atexit.register(shutil.rmtree, root, True)
     record = root / PODS / UID / WHERE[vendor]
     record.parent.mkdir(parents=True)
     host = HostRoot(root)
