@@ -11,12 +11,15 @@ version_added: "0.1.0"
 description:
   - Runs on the controller. Takes what the C(preflight) module registered on every host (or nothing,
     for a host the play never reached), optionally each host's expected inventory, and writes under
-    O(dest) C(preflight-<timestamp>.yaml), C(.html) and C(.junit.xml).
+    O(dest) C(preflight-<timestamp>.yaml), C(.documents.yaml), C(.html) and C(.junit.xml).
   - The YAML carries the summary, the causes (the same reason grouped across hosts, once host names,
     paths, PCI addresses, UUIDs and counts are taken out), the fleet totals by model (with driver and
     runtime versions), the capability totals, and per host, worst first, its status, one-line reason,
-    inventory, expected inventory and differences, its capability summary, and the whole preflight
-    document it registered.
+    RDMA links down, inventory, expected inventory and differences, its capability summary, and - for
+    a host that is not ok - the whole preflight document it registered.
+  - The whole documents of the ok hosts are in the side file C(preflight-<timestamp>.documents.yaml),
+    named in the YAML's C(documents) (and in each such host's C(document)), so the YAML a person opens
+    grows with what is wrong, not with the fleet; nothing registered is dropped.
   - "Capabilities: each host's preflight rows (C(checks): C(mig-partitioning), C(container-share),
     C(cu-mask-topology), C(sliced-runtime-loaded), C(co-tenancy), C(stale-container-sweep), ...) are
     summarised per manufacturer and capability (accelerators by state, the deepest depth reached, the
@@ -29,17 +32,26 @@ description:
     cannot be read (not a mapping, no capability or accelerator, an unknown state or depth) is reported
     as a malformed row, counted as unavailable, never a failure of the report.
   - The HTML is one self-contained page without JavaScript, worst first - failed, unreachable,
-    unavailable, mismatch, then ok - one row per host (models x count, driver and runtime version,
-    expected inventory, RDMA links, topology policy, and the one-line reason of a host that is not ok,
-    its answers in full behind it, its capability rows grouped there too); the causes grouped across
-    hosts; the fleet by model; the capability table (manufacturer x capability - hosts ok, unavailable,
-    not-declared, not answered, with the modes and deepest depth - one click away); filters by status,
-    manufacturer, cause, model and capability answer (radio buttons and CSS, combinable).
+    unavailable, mismatch, degraded, then ok - one row per host (models x count - or, for an answer it
+    cannot name a model for, what it knows in words -, driver and runtime version, expected inventory,
+    RDMA links, topology policy - why it was not read in the cell's title -, and the one-line reason of
+    a host that is not ok, its answers behind it, its capability rows grouped there too); the causes
+    grouped across hosts, their hosts first; the fleet by model; the capability table (manufacturer x
+    capability - hosts ok, unavailable, not-declared, not answered, with the modes and deepest depth -
+    one click away); filters by status, degraded, manufacturer, cause, model and capability answer
+    (radio buttons and CSS, combinable). Each host text on the page is cut at 400 characters (the YAML
+    has every word), so 1,000 hosts stay under 2 MB.
+  - A host whose RDMA links are down (a link verdict other than ok or unverified) keeps its status - a
+    down link stops no allocation - and is marked C(degraded) (its own colour and filter on the page, a
+    line on the console, C(degraded) in the YAML); it fails only with O(fail_degraded).
   - The JUnit file has one testcase per host (V(unavailable) or V(mismatch) = failure, unreachable or
     failed = error), so a CI dashboard counts nodes and keeps each node's history; a failure's message
     is the one-line reason, then one line per failing capability and distinct reason.
   - Unreachable hosts are listed, never dropped. A host is V(mismatch) when its preflight is ok but it
     differs from its O(expect) entry (or that entry cannot be read).
+  - The C(preflight) role prints C(summary_line), C(console) and the paths once, then fails each host of
+    C(failing) with the same words (C(fail_message)), so Ansible prints its error once for the fleet and
+    each failing host's reason appears once.
   - Needs only the Python standard library on the controller (PyYAML when present, else the YAML file
     is written as JSON, which is YAML); not the C(gpustack-operator) package.
 options:
@@ -65,9 +77,16 @@ options:
         makes its host V(mismatch), saying why.
     type: dict
   dest:
-    description: Directory the three files are written to (created when missing).
+    description: Directory the four files are written to (created when missing).
     type: path
     required: true
+  fail_degraded:
+    description:
+      - Count a host whose RDMA links are down as failing (in RV(failing) and as a JUnit failure of type
+        C(degraded)); the C(preflight) role sets it for C(preflight_fail_on=degraded).
+      - By default such a host is marked degraded and passes (a broken RDMA link does not fail the run).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: none
@@ -110,30 +129,36 @@ paths:
   type: dict
   sample:
     yaml: reports/preflight-20261129T101500Z.yaml
+    documents: reports/preflight-20261129T101500Z.documents.yaml
     html: reports/preflight-20261129T101500Z.html
     junit: reports/preflight-20261129T101500Z.junit.xml
 summary:
-  description: Host counts by status.
+  description: Host counts by status, and C(degraded) - the hosts whose RDMA links are down, whatever their status.
   returned: success
   type: dict
-  sample: {hosts: 6, ok: 4, unavailable: 1, unreachable: 0, failed: 0, mismatch: 1}
+  sample: {hosts: 6, ok: 4, unavailable: 1, unreachable: 0, failed: 0, mismatch: 1, degraded: 1}
 summary_line:
-  description: The summary in one line (failed and mismatched only when there are some).
+  description: The summary in one line (failed, mismatched and degraded only when there are some; every count noun agrees with its count).
   returned: success
   type: str
-  sample: "fleet preflight: 6 hosts, 4 ok, 1 unavailable, 0 unreachable, 1 mismatched"
+  sample: "fleet preflight: 6 hosts, 4 ok, 1 unavailable, 0 unreachable, 1 mismatched; 1 degraded (RDMA links down)"
 console:
-  description: "One line per host that is not ok, worst first - C(<host>: <status> - <reason>)."
+  description: "One line per host that is not ok, worst first - C(<host>: <status> - <reason>) -, then one per ok host whose RDMA links are down (C(<host>: degraded - RDMA link down - <links>))."
   returned: success
   type: list
   elements: str
   sample:
     - "nodriver-01: unavailable — NVIDIA: driver not loaded — the PCI bus shows 2 accelerator(s) of this manufacturer where its driver named 0 (...)"
 failing:
-  description: The same lines by host, for the hosts that are not ok (the role fails each of them with its line).
+  description: The lines by host of the hosts that fail the run - not ok, and degraded with O(fail_degraded).
   returned: success
   type: dict
   sample: {nodriver-01: "nodriver-01: unavailable — NVIDIA: driver not loaded — ..."}
+fail_message:
+  description: The words each failing host fails with in the C(preflight) role - the same for all of them, so Ansible prints its error once.
+  returned: success
+  type: str
+  sample: "preflight not ok: this host's reason is its line in the fleet summary above (reports/preflight-20261129T101500Z.html)"
 causes:
   description: The causes grouped across hosts, worst first, most hosts first.
   returned: success
@@ -223,6 +248,7 @@ def main():
             results=dict(type="list", elements="raw", required=True),
             expect=dict(type="dict"),
             dest=dict(type="path", required=True),
+            fail_degraded=dict(type="bool", default=False),
         ),
         supports_check_mode=False,
     )
@@ -247,21 +273,21 @@ def main():
             )
         pairs.append((host, result))
     try:
-        report = fleet.build(pairs, expect=expect)
+        report = fleet.build(pairs, expect=expect, fail_degraded=module.params["fail_degraded"])
     except fleet.MalformedReportError as exc:
         module.fail_json(msg="a registered result carries no valid preflight report: %s" % exc)
     try:
         paths = fleet.write(report, module.params["dest"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg="the fleet report could not be written to %s: %s" % (module.params["dest"], exc))
-    console = fleet.console_lines(report)
     module.exit_json(
         changed=True,
         paths=paths,
         summary=report["summary"],
         summary_line=fleet.summary_line(report["summary"]),
-        console=console,
-        failing=dict(zip([e["host"] for e in report["hosts"] if e["status"] != "ok"], console)),
+        console=fleet.console_lines(report),
+        failing=fleet.failing_hosts(report),
+        fail_message="preflight not ok: this host's reason is its line in the fleet summary above (%s)" % paths["html"],
         causes=[fleet.cause_document(c) for c in report["causes"]],
         capabilities=fleet.capabilities_document(report["capabilities"]),
     )

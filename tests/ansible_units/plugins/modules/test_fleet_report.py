@@ -40,7 +40,15 @@ def test_a_fleet_of_real_preflight_results_is_written_and_counted(
     result = exit_result(fleet_report.main, args)
 
     assert result["changed"] is True
-    assert result["summary"] == {"hosts": 5, "ok": 1, "unavailable": 1, "unreachable": 1, "failed": 1, "mismatch": 1}
+    assert result["summary"] == {
+        "hosts": 5,
+        "ok": 1,
+        "unavailable": 1,
+        "unreachable": 1,
+        "failed": 1,
+        "mismatch": 1,
+        "degraded": 0,
+    }
     assert result["summary_line"] == (
         "fleet preflight: 5 hosts, 1 ok, 1 unavailable, 1 unreachable, 1 failed, 1 mismatched"
     )
@@ -50,7 +58,7 @@ def test_a_fleet_of_real_preflight_results_is_written_and_counted(
         "vm: mismatch — fewer accelerators than expected — NVIDIA: expected 1, found 0 (1 missing)"
     )
     assert "gpu-node" not in result["failing"]
-    assert sorted(result["paths"]) == ["html", "junit", "yaml"]
+    assert sorted(result["paths"]) == ["documents", "html", "junit", "yaml"]
     for path in result["paths"].values():
         assert Path(path).parent == dest and Path(path).is_file()
 
@@ -62,7 +70,11 @@ def test_a_fleet_of_real_preflight_results_is_written_and_counted(
         ("vm", "mismatch"),
         ("gpu-node", "ok"),
     ]
-    amd = doc["hosts"]["gpu-node"]["report"]["accelerators"][0]
+    # an ok host's whole document is in the side file the report names; a host that is not ok's in it
+    side = yaml.safe_load(Path(result["paths"]["documents"]).read_text(encoding="utf-8"))
+    assert doc["documents"] == Path(result["paths"]["documents"]).name and "report" not in doc["hosts"]["gpu-node"]
+    assert doc["hosts"]["broken-bus"]["report"] == results[2]["report"]
+    amd = side["hosts"]["gpu-node"]["accelerators"][0]
     assert amd["manufacturer"] == "amd" and amd["detection"]["accelerators"] == 8
 
     # the capability rows totalled: returned as the YAML has them; a host whose detection failed has
@@ -156,5 +168,18 @@ def test_a_controller_without_the_package_writes_the_report(without_gpustack: Mo
     detection = {"state": "ok", "accelerators": 8, "detail": "NVIDIA H100 80GB HBM3 x8"}
     results = [{"report": {"accelerators": [{"manufacturer": "nvidia", "detection": detection}]}}]
     result = exit_result(fleet_report.main, {"hosts": ["a"], "results": results, "dest": str(tmp_path)})
-    assert result["summary_line"] == "fleet preflight: 1 hosts, 1 ok, 0 unavailable, 0 unreachable"
+    assert result["summary_line"] == "fleet preflight: 1 host, 1 ok, 0 unavailable, 0 unreachable"
     assert all(Path(path).is_file() for path in result["paths"].values())
+
+
+def test_a_host_whose_rdma_links_are_down_fails_only_when_asked(tmp_path: Path) -> None:
+    detection = {"state": "ok", "accelerators": 8, "detail": "NVIDIA H100 80GB HBM3 x8"}
+    link = {"interface": "ib3", "rdmaDevice": "mlx5_3", "state": "failed", "reason": "the RDMA link is not usable"}
+    report = {"accelerators": [{"manufacturer": "nvidia", "detection": detection}], "network": {"checks": [link]}}
+    args = {"hosts": ["hgx"], "results": [{"report": report}], "dest": str(tmp_path)}
+    result = exit_result(fleet_report.main, args)
+    assert result["summary"]["ok"] == 1 and result["summary"]["degraded"] == 1 and result["failing"] == {}
+    assert result["console"] == ["hgx: degraded — RDMA link down — ib3 failed: the RDMA link is not usable"]
+    strict = exit_result(fleet_report.main, dict(args, fail_degraded=True, dest=str(tmp_path / "strict")))
+    assert strict["failing"] == {"hgx": result["console"][0]}
+    assert "fleet summary above" in strict["fail_message"]
