@@ -16,6 +16,8 @@ from tests.conftest import BIN, REPO
 pytestmark = pytest.mark.ansible
 
 FLEET = REPO / "examples" / "simulated-fleet" / "inventory.yml"
+# Ansible's own line per host and task (ok / skipping / fatal) and the recap's
+ANSIBLE_OWN = re.compile(r"^(?:(?:ok|skipping|changed|fatal): \[\S+?(?: -> \S+)?\]|\S+\s+: ok=\d+)")
 
 
 def playbook(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +108,7 @@ def test_fleet_playbook_writes_the_report(
     # one host cannot be read, one carries GPUs whose driver is not loaded, one has fewer GPUs than its
     # preflight_expect, one cannot be reached: the run fails, after writing the report
     assert proc.returncode != 0, out
-    assert "fleet preflight: 20 hosts, 16 ok, 2 unavailable, 1 unreachable, 1 mismatched" in out
+    assert "fleet preflight: 20 hosts, 16 ok, 2 unavailable, 1 unreachable, 1 mismatched; 2 degraded" in out
     # the verdict lands on the hosts it is about: the recap fails exactly the ones that are not ok
     recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.MULTILINE))
     assert len(recap) == 20, out[-3000:]
@@ -116,18 +118,24 @@ def test_fleet_playbook_writes_the_report(
         "rtx4090-01",
         "gone-01",
     }, out[-3000:]
-    # the console: one line per failing host with its reason, never a preflight result as JSON
-    assert '"failures": [' not in out and '"report": {' not in out, out[-3000:]
-    assert "nodriver-01: unavailable — NVIDIA: driver not loaded — the PCI bus shows 2 accelerator(s)" in out
-    assert "broken-sysfs-01: unavailable — all 9 manufacturers: could not measure — " in out
-    assert "rtx4090-01: mismatch — fewer accelerators than expected — NVIDIA: expected 2, found 1 (1 missing)" in out
-    assert re.search(r"fatal: \[rtx4090-01\]: FAILED! => .*rtx4090-01: mismatch", out), out[-3000:]
-    (yaml_path,) = reports.glob("preflight-*.yaml")
+    assert_console_at_scale(out)
+    (yaml_path,) = reports.glob("preflight-*Z.yaml")
+    (side_path,) = reports.glob("preflight-*Z.documents.yaml")
     (html_path,) = reports.glob("preflight-*.html")
     doc = yaml.safe_load(yaml_path.read_text())
     # the summary gained "mismatch" (hosts whose preflight is ok but that differ from preflight_expect)
-    assert doc["summary"] == {"hosts": 20, "ok": 16, "unavailable": 2, "unreachable": 1, "failed": 0, "mismatch": 1}
+    # and "degraded": the hosts whose RDMA links are down (never a failure by default)
+    assert doc["summary"] == {
+        "hosts": 20,
+        "ok": 16,
+        "unavailable": 2,
+        "unreachable": 1,
+        "failed": 0,
+        "mismatch": 1,
+        "degraded": 2,
+    }
     hosts = doc["hosts"]
+    assert set(list(hosts)[4:6]) == {"hgx-h100-01", "l40s-mellanox-01"}  # the degraded ones first of the ok
     # worst first: unreachable, unavailable, mismatch, then ok
     statuses = [entry["status"] for entry in hosts.values()]
     assert statuses == ["unreachable", "unavailable", "unavailable", "mismatch"] + ["ok"] * 16
@@ -136,8 +144,19 @@ def test_fleet_playbook_writes_the_report(
     assert hosts["broken-sysfs-01"]["status"] == "unavailable"
     assert_fleet_view(doc)
 
+    # the whole documents: a host that is not ok's in the report, every ok host's in the side file it
+    # names (a degraded host is ok: its links down are named in its entry)
+    side = yaml.safe_load(side_path.read_text())
+    assert doc["documents"] == side_path.name and side["report"] == yaml_path.name
+    assert set(side["hosts"]) == {h for h, e in hosts.items() if e["status"] == "ok"}
+    assert all(("report" in e) == (e["status"] not in ("ok", "unreachable")) for e in hosts.values())
+    assert hosts["hgx-h100-01"]["degraded"] == [
+        'ib3 failed: the RDMA link is not usable: port 1: state="1: DOWN" phys_state="3: Disabled"'
+    ]
+    documents = {h: e.get("report") or side["hosts"].get(h) for h, e in hosts.items()}
+
     def detection(host: str, manufacturer: str) -> dict[str, object]:
-        groups = {g["manufacturer"]: g for g in hosts[host]["report"]["accelerators"]}
+        groups = {g["manufacturer"]: g for g in documents[host]["accelerators"]}
         return groups[manufacturer]["detection"]
 
     assert detection("hgx-h100-01", "nvidia")["accelerators"] == 8
@@ -171,6 +190,34 @@ def test_fleet_playbook_writes_the_report(
     assert "<script" not in html
 
 
+def assert_console_at_scale(out: str) -> None:
+    """Each host that is not ok printed once, with its reason, in the fleet summary -- never again as a
+    task error with its source lines (issue 17) --, and never a preflight result as JSON; the hosts
+    whose RDMA links are down once each too, never failed."""
+    assert '"failures": [' not in out and '"report": {' not in out, out[-3000:]
+    after = out.split("TASK [gpustack.accelerators.preflight : Write the fleet report", 1)[1]
+    lines = {
+        "gone-01": "gone-01: unreachable — connection refused — ",
+        "nodriver-01": "nodriver-01: unavailable — NVIDIA: driver not loaded — the PCI bus shows 2 accelerator(s)",
+        "broken-sysfs-01": "broken-sysfs-01: unavailable — all 9 manufacturers: could not measure — ",
+        "rtx4090-01": "rtx4090-01: mismatch — fewer accelerators than expected — NVIDIA: expected 2, found 1 (1 missing)",
+        "hgx-h100-01": "hgx-h100-01: degraded — RDMA link down — ib3 failed: the RDMA link is not usable",
+        "l40s-mellanox-01": "l40s-mellanox-01: degraded — RDMA link down — enp33s0np0/0000:21:00.4 failed: ",
+    }
+    for host, line in lines.items():
+        # its reason once in the whole run; its name after the report only there and in its own
+        # "fatal:" / recap lines
+        assert out.count(line) == 1, (host, out[-4000:])
+        mentions = [ln for ln in after.splitlines() if host in ln and not ANSIBLE_OWN.match(ln)]
+        assert len(mentions) == 1, (host, mentions)
+    # the failing hosts fail with the same words, so Ansible's error (and its source lines) shows once
+    fail_task = after.split("TASK [gpustack.accelerators.preflight : Fail each host", 1)[1].split("PLAY RECAP", 1)[0]
+    assert fail_task.count("Origin:") <= 1 and fail_task.count("[ERROR]") <= 1, fail_task
+    fatal = re.findall(r"^fatal: \[(\S+)\]: FAILED! => .*fleet summary above", fail_task, re.MULTILINE)
+    assert sorted(fatal) == ["broken-sysfs-01", "gone-01", "nodriver-01", "rtx4090-01"], fail_task
+    assert "documents: " in after and ".documents.yaml" in after
+
+
 def test_fleet_playbook_never_mode_exits_zero(ansible_env: dict[str, str], tmp_path: Path) -> None:
     proc = playbook(
         ansible_env,
@@ -196,15 +243,15 @@ def test_role_passes_runtime_and_probe_image(ansible_env: dict[str, str], tmp_pa
         *("-e", "preflight_runtime=nerdctl", "-e", "preflight_probe_image=registry.local:5000/cuda:12.4"),
     )
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "fleet preflight: 1 hosts, 1 ok, 0 unavailable, 0 unreachable" in good.stdout
+    assert "fleet preflight: 1 host, 1 ok, 0 unavailable, 0 unreachable" in good.stdout  # never "1 hosts"
     bad = playbook(
         ansible_env,
         *("-i", str(FLEET), "--limit", "cpu-vm-01", "-e", f"preflight_report_dir={tmp_path / 'bad'}"),
         *("-e", "preflight_fail_on=never", "-e", "preflight_probe_image=Team/Probe:1"),
     )
     assert bad.returncode == 0, bad.stdout + bad.stderr
-    assert "fleet preflight: 1 hosts, 0 ok, 0 unavailable, 0 unreachable" in bad.stdout
-    (yaml_path,) = (tmp_path / "bad").glob("preflight-*.yaml")
+    assert "fleet preflight: 1 host, 0 ok, 0 unavailable, 0 unreachable" in bad.stdout
+    (yaml_path,) = (tmp_path / "bad").glob("preflight-*Z.yaml")
     entry = yaml.safe_load(yaml_path.read_text())["hosts"]["cpu-vm-01"]
     assert entry["status"] == "failed"
     assert "'Team/Probe:1' is not an OCI image reference" in entry["message"]
