@@ -61,6 +61,7 @@ OK_GREEN = rgb(fleet.COLOURS["ok"])
 UNAVAILABLE_RED = rgb(fleet.COLOURS["unavailable"])
 UNREACHABLE_ORANGE = rgb(fleet.COLOURS["unreachable"])
 MISMATCH_YELLOW = rgb(fleet.COLOURS["mismatch"])
+DEGRADED_BLUE = rgb(fleet.COLOURS["degraded"])
 WINDOW = (1400, 900)
 
 CHROMIUM_FLAGS = [
@@ -136,10 +137,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fleet preflight: 20 hosts, 16 ok, 2 unavailable, 1 unreachable, 1 mismatched" in proc.stdout
+    assert "fleet preflight: 20 hosts, 16 ok, 2 unavailable, 1 unreachable, 1 mismatched; 2 degraded" in proc.stdout
     (html_path,) = reports.glob("preflight-*.html")
-    (yaml_path,) = reports.glob("preflight-*.yaml")
-    return {"html": html_path, "yaml": yaml_path, "work": work}
+    (yaml_path,) = reports.glob("preflight-*Z.yaml")
+    (side_path,) = reports.glob("preflight-*Z.documents.yaml")
+    return {"html": html_path, "yaml": yaml_path, "documents": side_path, "work": work}
 
 
 # --- running Chromium ------------------------------------------------------------------------------
@@ -282,8 +284,13 @@ def dom(report: dict[str, Path], browser: list[str]) -> Element:
 
 @pytest.fixture(scope="module")
 def fleet_doc(report: dict[str, Path]) -> dict[str, Any]:
+    """The YAML report, each host's whole document put back under ``report`` from the side file."""
     doc = yaml.safe_load(report["yaml"].read_text())
-    assert isinstance(doc, dict)
+    side = yaml.safe_load(report["documents"].read_text())
+    assert isinstance(doc, dict) and doc["documents"] == report["documents"].name
+    for host, document in side["hosts"].items():
+        assert "report" not in doc["hosts"][host]
+        doc["hosts"][host]["report"] = document
     return doc
 
 
@@ -309,23 +316,31 @@ def test_one_row_per_host_worst_first_with_its_status_and_reason(dom: Element, f
         entry = hosts[row.attrs["data-host"]]
         assert row.attrs["data-status"] == entry["status"] and f"s-{entry['status']}" in row.classes
         status_cell = row.children_tagged("td")[0]
-        assert status_cell.classes == {"st", entry["status"]} and status_cell.text().strip() == entry["status"]
-        # an ok host's capability rows may be one click behind its last cell (details.caps): no reason
-        summaries = [s for s in row.find_all("summary") if s.parent is None or "caps" not in s.parent.classes]
+        # an ok host whose RDMA links are down is never a plain green "ok"
+        mark = "degraded" if entry["status"] == "ok" and entry.get("degraded") else entry["status"]
+        assert status_cell.classes == {"st", mark} and status_cell.text().strip() == mark
+        assert ("dg" in row.classes) == bool(entry.get("degraded"))
+        summaries = row.find_all("summary")
         if entry["status"] == "ok":
             assert not summaries and "bad" not in row.classes
-        else:  # the one-line reason inline, the answers in full behind it
-            assert [s.text() for s in summaries] == [entry["reason"]] and "bad" in row.classes
+        else:  # the one-line reason inline (the console's width), the answers behind it
+            assert [s.text() for s in summaries] == [fleet.cut(entry["reason"], fleet.CONSOLE_WIDTH)]
+            assert "bad" in row.classes
     cells = [c.text() for c in row_of(dom, "hgx-h100-01").children_tagged("td")]
     assert cells[1:4] == ["NVIDIA H100 80GB HBM3 ×8", "550.54.15 · CUDA 12.4", "8/8"]
     assert row_of(dom, "mlu-metax-01").children_tagged("td")[1].text() == "MLU370-X8 ×2 · MXC500 ×2"
     assert row_of(dom, "cpu-vm-01").children_tagged("td")[1].text() == "no accelerator"
     assert row_of(dom, "rtx4090-01").children_tagged("td")[3].text() == "1/2"
     nodriver = row_of(dom, "nodriver-01")
-    assert nodriver.children_tagged("td")[1].text() == "NVIDIA ?"
+    # a group the report cannot name a model for: what it knows, in words
+    assert nodriver.children_tagged("td")[1].text() == "NVIDIA: driver not loaded, 2 on the bus"
+    assert row_of(dom, "broken-sysfs-01").children_tagged("td")[1].text() == "all 9 manufacturers: could not measure"
     assert nodriver.find_all("summary")[0].text().startswith("NVIDIA: driver not loaded — the PCI bus shows 2")
     assert "install and load the vendor driver" in nodriver.text()  # the whole answer, behind the line
     assert "RDMA 9/10 ok: ib3 failed" in row_of(dom, "hgx-h100-01").text()
+    assert hosts["hgx-h100-01"]["degraded"] == [
+        'ib3 failed: the RDMA link is not usable: port 1: state="1: DOWN" phys_state="3: Disabled"'
+    ]
     gone = row_of(dom, UNREACHABLE)
     assert "Connection refused" in gone.text() and gone.children_tagged("td")[1].text() == "—"
 
@@ -338,7 +353,9 @@ def test_causes_models_and_summary_are_the_yamls(dom: Element, fleet_doc: dict[s
         (label,) = item.find_all("label")
         count = f"{len(cause['hosts'])} host{'' if len(cause['hosts']) == 1 else 's'}"
         assert label.text() == f"{count} {cause['title']}", label.text()
-        assert item.text().endswith("— " + ", ".join(cause["hosts"]))
+        # its hosts right after its title, its words after them
+        (names,) = [e for e in item.find_all("span") if "hosts" in e.classes]
+        assert names.text() == ", ".join(cause["hosts"]) and item.attrs["title"] == cause["text"]
         assert cause["status"] in label.classes
     assert [i.find_all("label")[0].text() for i in items] == [
         "1 host connection refused",
@@ -376,7 +393,18 @@ def test_causes_models_and_summary_are_the_yamls(dom: Element, fleet_doc: dict[s
 
 def test_filters_are_labels_of_radios_and_the_page_has_no_script(dom: Element) -> None:
     radios = {e.attrs["id"]: e for e in dom.find_all("input") if e.attrs.get("type") == "radio"}
-    assert {"fs-all", "fs-bad", "fs-ok", "fm-all", "fm-nvidia", "fm-none", "fc-all", "fc1", "fd1"} <= set(radios)
+    assert {
+        "fs-all",
+        "fs-bad",
+        "fs-ok",
+        "fs-degraded",
+        "fm-all",
+        "fm-nvidia",
+        "fm-none",
+        "fc-all",
+        "fc1",
+        "fd1",
+    } <= set(radios)
     assert {r for r, e in radios.items() if "checked" in e.attrs} == {"fs-all", "fm-all", "fc-all"}
     labels = dom.find_all("label")
     assert len(labels) > 40
@@ -484,11 +512,14 @@ def test_screenshot_is_a_png_with_the_status_colours_worst_first(shots: dict[str
     counts = colours(png)
     assert len(counts) > 20  # text, borders, backgrounds: not a blank page
     # whole status cells of each colour on the first screen, not a stray pixel (a cell is ~115 x 25 px,
-    # a summary chip or a cause's chip half that): the four hosts that are not ok at the top, ok below
-    assert counts[OK_GREEN] > 8 * 2000, counts.most_common(8)
+    # a summary chip or a cause's chip half that): the four hosts that are not ok at the top, the two
+    # degraded ones, then ok below
+    assert counts[OK_GREEN] > 4 * 2000, counts.most_common(8)
     assert counts[UNAVAILABLE_RED] > 2 * 2000, counts.most_common(8)
     assert counts[UNREACHABLE_ORANGE] > 2000, counts.most_common(8)
     assert counts[MISMATCH_YELLOW] > 2000, counts.most_common(8)
+    # the two ok hosts whose RDMA links are down: their own colour, right below the ones that are not ok
+    assert counts[DEGRADED_BLUE] > 2 * 2000, counts.most_common(8)
 
 
 def test_not_ok_filter_hides_the_ok_rows_on_screen(shots: dict[str, Path]) -> None:
@@ -548,6 +579,9 @@ def test_css_filters_by_computed_style_after_clicking(
     assert clicks["fs-bad"] == ["gone-01", *[h for h in everyone[1:4]]] and len(clicks["fs-bad"]) == 4
     for status in fleet.STATUSES:
         assert clicks[f"fs-{status}"] == rows_with(lambda e, s=status: e["status"] == s), status
+    # the degraded mark filters like a status: the hosts whose RDMA links are down
+    assert clicks["fs-degraded"] == rows_with(lambda e: bool(e.get("degraded")))
+    assert clicks["fs-degraded"] == ["hgx-h100-01", "l40s-mellanox-01"]
     assert clicks["fs-ok"] and clicks["fs-mismatch"] == ["rtx4090-01"] and clicks["fs-failed"] == []
     for name in fleet.MANUFACTURERS:
         assert clicks[f"fm-{name}"] == rows_with(lambda e, n=name: n in manufacturers(e)), name
@@ -566,4 +600,61 @@ def test_css_filters_by_computed_style_after_clicking(
                 assert clicks[radio] == [h for h in everyone if h in total["hosts"][state]], (radio, total)
     # two axes at once: ok hosts with NVIDIA accelerators
     assert result["combined"] == rows_with(lambda e: e["status"] == "ok" and "nvidia" in manufacturers(e))
-    assert result["combined"] == ["a100-mig-01", "hgx-h100-01", "l40s-mellanox-01"]
+    assert result["combined"] == ["hgx-h100-01", "l40s-mellanox-01", "a100-mig-01"]  # degraded first
+
+
+def test_a_topology_that_was_not_read_says_why_in_the_cell_title(dom: Element, fleet_doc: dict[str, Any]) -> None:
+    for row in host_rows(dom):
+        entry = fleet_doc["hosts"][row.attrs["data-host"]]
+        cell = row.children_tagged("td")[4]
+        topology = (entry.get("report") or {}).get("topology")
+        if entry.get("report") is None:
+            assert cell.text() == "" and "title" not in cell.attrs
+        elif topology.get("note"):  # the simulated fleet's nodes carry no /proc: "not read", and why
+            assert cell.text() == topology["policy"] and cell.attrs["title"] == topology["note"]
+            assert cell.attrs["title"].startswith("not read: ")
+        else:
+            assert "title" not in cell.attrs
+    assert "title" in row_of(dom, "hgx-h100-01").children_tagged("td")[4].attrs
+
+
+NAMES_PROBE = """<script>
+addEventListener("load", () => {
+  const cut = (el) => el.scrollWidth > el.clientWidth + 1;
+  const out = {causes: [], hosts: [], shown: 0};
+  for (const li of document.querySelectorAll("#causes li")) {
+    const names = li.querySelector(".hosts");
+    const box = li.getBoundingClientRect();
+    const outside = [...names.getClientRects()].some((r) => r.right > box.right + 1 || r.left < box.left - 1);
+    if (cut(li) || outside) out.causes.push(names.textContent);
+  }
+  for (const th of document.querySelectorAll("#hosts tbody th")) {
+    out.shown += 1;
+    if (cut(th)) out.hosts.push(th.textContent);
+  }
+  const pre = document.createElement("pre");
+  pre.id = "gpa-probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_host_names_are_never_cut(report: dict[str, Path], fleet_doc: dict[str, Any], browser: list[str]) -> None:
+    """Long host names (FQDNs), a dozen under one cause: neither a cause's line nor the hosts table
+    cuts any of them off -- they wrap. The page is built by the collection's own code from the real
+    documents of the run."""
+    documents = [(h, e) for h, e in fleet_doc["hosts"].items() if e.get("report") is not None]
+    results = [
+        (
+            f"gpu-node-{i:03d}.rack-{i % 7:02d}.datacenter-frankfurt-2.example.com",
+            {"report": documents[i % 12][1]["report"]},
+        )
+        for i in range(40)
+    ]
+    page = report["work"] / "long-names.html"
+    page.write_text(fleet.to_html(fleet.build(results)).replace("</body>", NAMES_PROBE + "</body>"), encoding="utf-8")
+    (pre,) = parse(dump_dom(browser, page.as_uri())).find_all("pre", id="gpa-probe")
+    found = json.loads(pre.text())
+    assert found["shown"] == 40
+    assert found["causes"] == [] and found["hosts"] == [], found
