@@ -8,6 +8,7 @@ what cannot be read is an "unreadable" answer that says why in a bounded number 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -219,17 +220,19 @@ def _node(base: Path, files: dict[str, str | bytes | None], *, running: bool) ->
     return root
 
 
-def _check(reading: KubeletReading) -> None:
+def _check(reading: KubeletReading, quoted: int = 300) -> None:
+    """Every answer well formed; a reason costs at most MESSAGE_MAX beyond the ``quoted`` characters
+    of paths it names (a path comes from the kubelet's own command line, which may be that long)."""
     for setting in Setting:
         answer = reading.answer(setting)
         if answer.outcome is Outcome.NAMED:
             assert answer.value and answer.value == clean_value(answer.value) and answer.source
         elif answer.outcome is Outcome.UNREADABLE:
-            assert answer.detail and answer.detail.startswith("/") and len(answer.detail) < MESSAGE_MAX + 300
+            assert answer.detail and answer.detail.startswith("/") and len(answer.detail) < MESSAGE_MAX + quoted
         elif answer.outcome is Outcome.CONFLICT:
             assert answer.conflict and len(answer.conflict) >= 2
     for source in reading.sources:
-        assert source.error is None or 0 < len(source.error) < MESSAGE_MAX
+        assert source.error is None or 0 < len(source.error) < MESSAGE_MAX + quoted
 
 
 FILE = st.one_of(st.none(), TEXTS)
@@ -356,3 +359,47 @@ def test_preflight_on_an_alias_bomb_config_prints_a_bounded_reason_promptly(tmp_
     assert "/var/lib/kubelet/config.yaml" in topology["note"] and "alias" in topology["note"]
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 30
+
+
+_ARG_PATHS = st.one_of(
+    hostile_text(),
+    st.sampled_from(["/var/lib/kubelet/config.yaml", "/etc/kubelet.d", "relative.yaml", "..", "/", "/proc/1/cmdline"]),
+    st.lists(st.sampled_from(["..", ".", "etc", "kubelet.d", "\x00", "\ud800", "x" * 300, ""]), max_size=12).map(
+        "/".join
+    ),
+)
+
+
+@pytest.mark.hostile
+@given(
+    config=_ARG_PATHS,
+    config_dir=_ARG_PATHS,
+    extra=st.lists(hostile_text(), max_size=4),
+    cwd=st.none() | _ARG_PATHS,
+    dropin=FILE,
+)
+@example(config="\x00", config_dir="\ud800", extra=[], cwd=None, dropin=None)
+@example(config="/proc/1/cmdline", config_dir="/", extra=["--config"], cwd="\x00", dropin=billion_laughs())
+def test_a_running_kubelets_command_line_of_any_shape(
+    tmp_path_factory: pytest.TempPathFactory,
+    config: str,
+    config_dir: str,
+    extra: list[str],
+    cwd: str | None,
+    dropin: str | None,
+) -> None:
+    root = _node(
+        tmp_path_factory.getbasetemp() / "hostile-kubelet-argv",
+        {"etc/kubelet.d/10-a.conf": dropin} if dropin is not None else {},
+        running=False,
+    )
+    argv = ["/usr/bin/kubelet", f"--config={config}", "--config-dir", config_dir, *extra]
+    raw = b"".join(a.encode("utf-8", errors="surrogatepass") + b"\0" for a in argv)
+    kn.write(root, f"proc/{kn.KUBELET_PID}/cmdline", raw)
+    kn.write(root, f"proc/{kn.KUBELET_PID}/comm", "kubelet\n")
+    if cwd is not None and "\x00" not in cwd:
+        with contextlib.suppress(OSError):  # a name the filesystem refuses
+            os.symlink(cwd.encode("utf-8", errors="surrogatepass"), root / f"proc/{kn.KUBELET_PID}/cwd")
+    reading = read_kubelet(HostRoot(root))
+    assert reading.process is not None and reading.process.pid == kn.KUBELET_PID
+    _check(reading, quoted=len(raw) + len(cwd or ""))

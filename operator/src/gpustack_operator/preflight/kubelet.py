@@ -578,9 +578,10 @@ def distribution_trees(host: HostRoot) -> list[str]:
 
 
 def _absolute(path: str, cwd: str | None) -> str:
-    if path.startswith("/"):
-        return posixpath.normpath(path)
-    return posixpath.normpath(posixpath.join(cwd or "/", path))
+    """A path from the kubelet's command line as a host path: a relative one taken from the kubelet's
+    working directory (its ``/proc/<pid>/cwd`` link), which is itself taken from ``/`` -- so the
+    answer is absolute even when that link is not (a real one always is)."""
+    return "/" + posixpath.normpath(posixpath.join("/", cwd or "/", path)).lstrip("/")  # "//x" is "/x"
 
 
 # -- precedence ------------------------------------------------------------------------------------
