@@ -102,3 +102,21 @@ def test_an_in_place_attribute_write_writes_a_regular_file_without_replacing_it(
     with pytest.raises(HostPathError, match="/sys/absent"):
         HostRoot(tmp_path).write_attribute("/sys/absent", "1\n")
     assert not (tmp_path / "sys/absent").exists()
+
+
+@pytest.mark.parametrize("attribute", ["vendor", "numa_node"])
+def test_a_fifo_among_a_pci_devices_attributes_costs_that_entry_only(tmp_path: Path, attribute: str) -> None:
+    from gpustack_operator.node.pci import scan_pci
+
+    for bdf, vendor in (("0000:01:00.0", "0x10de"), ("0000:02:00.0", "0x1002")):
+        dev = tmp_path / "sys/devices/pci0000:00" / bdf
+        dev.mkdir(parents=True)
+        for name, text in (("vendor", vendor), ("device", "0x2684"), ("class", "0x030000"), ("numa_node", "0")):
+            (dev / name).write_text(text + "\n")
+        (tmp_path / "sys/bus/pci/devices").mkdir(parents=True, exist_ok=True)
+        os.symlink(f"../../../devices/pci0000:00/{bdf}", tmp_path / "sys/bus/pci/devices" / bdf)
+    plant(tmp_path / "sys/devices/pci0000:00/0000:01:00.0" / attribute, "fifo")
+    scan = within(tmp_path, lambda: scan_pci(HostRoot(tmp_path)))
+    assert [d.bus_id for d in scan.devices] == ["0000:02:00.0"]
+    (error,) = scan.errors
+    assert error.bus_id == "0000:01:00.0" and f"{attribute} unreadable" in error.message and "FIFO" in error.message
