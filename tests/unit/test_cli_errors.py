@@ -98,12 +98,17 @@ def test_a_crashed_preflight_writes_its_document_without_a_traceback(
         ["dm", "monitor"],
         ["dm", "mode", "cambricon", "smlu"],
         ["dm", "mode", "cambricon", "smlu", "--enable", "--dry-run"],
+        ["dm", "preflight", "--dry-run"],
+        ["dm", "preflight"],
+        ["dm", "serve", "--node-name", "n1"],
     ],
 )
 @pytest.mark.parametrize("root", ["nope", "a-file", ""])
 def test_an_unusable_detect_root_is_a_usage_error_everywhere(
     command: list[str], root: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Preflight too (issue 17): a --detect-root the user typed that names no directory is their typo,
+    not nine unavailable answers each blaming "--host-root"; the line names the flag they used."""
     (tmp_path / "a-file").write_text("not a directory\n")
     value = str(tmp_path / root) if root else ""
     code = exit_code([*command, "--detect-root", value])
@@ -111,8 +116,84 @@ def test_an_unusable_detect_root_is_a_usage_error_everywhere(
     assert code == 2, err
     assert out == ""
     (line,) = err.splitlines()
-    assert line.startswith("gpustack-operator: error: ")
+    assert line.startswith("gpustack-operator: error: --detect-root")
     assert (value or "empty") in line
+    assert "--host-root" not in line
+
+
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        (["dm", "preflight", "--dry-run", "--detect-root", NODE], "host root"),
+        (["dm", "preflight", "--detect-root", NODE], "host root"),
+        (["dm", "detect"], "host root"),  # the same root as --detect-root for these: named as typed
+        (["dm", "monitor"], "host root"),
+        (["dm", "mode", "metax", "sgpu"], "host root"),
+    ],
+)
+@pytest.mark.parametrize("root", ["nope", "a-file", "fifo", "/dev/null", "/proc/self/status", ""])
+def test_a_host_root_the_user_typed_must_be_a_directory(
+    command: list[str], named: str, root: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An explicit --host-root that does not exist or is no directory is a usage error naming
+    --host-root (issue 17: preflight took ``--host-root /nope`` as "not asked", a silent dry run)."""
+    (tmp_path / "a-file").write_text("not a directory\n")
+    os.mkfifo(tmp_path / "fifo")
+    value = root if root.startswith("/") or not root else str(tmp_path / root)
+    code = exit_code([*command, "--host-root", value])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("gpustack-operator: error: --host-root")
+    assert (value or "empty") in line
+    assert "--detect-root" not in line
+    if value:
+        assert f"{named} {value!r} cannot be used: " in line
+        assert ("No such file or directory" if root == "nope" else "not a directory") in line
+
+
+def test_the_default_host_root_absent_is_a_dry_run_not_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spec's "a run with no host root to enter carries on as a dry run rather than stopping" is
+    about the default /host not being mounted: not given, its absence is never a usage error."""
+    monkeypatch.setattr(cli, "CONTAINER_HOST_ROOT", str(tmp_path / "host"))
+    code = exit_code(["dm", "preflight", "--detect-root", NODE, "--manufacturer", "metax"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = yaml.safe_load(out)
+    assert str(tmp_path / "host") in doc["topology"]["note"]  # the default was looked for, and said absent
+    assert "never looked in" in doc["topology"]["note"]
+
+
+@pytest.mark.hostile
+def test_any_typed_root_is_a_directory_or_one_line_naming_its_flag(tmp_path: Path) -> None:
+    """Whatever a root flag names -- hostile text, a FIFO, a device, a file, paths under real
+    directories --, the check answers at once: the value back when it is a directory, else a usage error
+    of one printable line that starts with the flag and names the value, cut short."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    roots = st.one_of(
+        st.sampled_from([*SPECIAL_ROOTS, str(fifo), str(tmp_path), "/", "", " ", "\0", "/tmp/\0x"]),
+        hostile_text(),
+        st.builds(lambda a, b: f"{a}/{b}", st.sampled_from(["", "/", "/tmp", str(HOSTS)]), hostile_text()),
+    )
+
+    flags = [("--detect-root", cli.NODE_VIEW_REMEDY), ("--host-root", cli.HOST_ROOT_REMEDY)]
+
+    @given(root=roots, flag=st.sampled_from(flags))
+    def check(root: str, flag: tuple[str, str]) -> None:
+        try:
+            assert cli.existing_root(root, *flag) == root
+        except api.RootArgumentError as exc:
+            message = str(exc)
+            assert message.startswith(flag[0]) and message.isprintable(), message
+            assert len(message) <= 1_000
+            return
+        assert os.path.isdir(root)
+
+    check()
 
 
 # Roots a user or a broken mount hands the read-only commands: none a directory of a node, several not

@@ -8,18 +8,24 @@ import fnmatch
 import json
 import logging
 import os
+import stat
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gpustack_operator import __version__, api
 from gpustack_operator.api import CONTAINER_HOST_ROOT
 from gpustack_operator.discovery.detect import detect_document
 from gpustack_operator.host import HostRootError
+from gpustack_operator.host.root import file_kind
 from gpustack_operator.manufacturers import NAMES, UnknownManufacturerError
 from gpustack_operator.manufacturers.base import ModeError
 from gpustack_operator.settings import SettingsError
+
+if TYPE_CHECKING:  # preflight's modules load with the command that needs them
+    from gpustack_operator.preflight.models import Group, Report
 
 NO_FAST_FAILED_HELP = (
     "report an empty first result for a single --manufacturer without the note that a Device Manager "
@@ -251,18 +257,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="which accelerators this node can serve (exit 1 only for an unavailable answer)",
         description="Answer, per manufacturer, the three questions: are its devices detected, can they be "
         "sliced (the driver-read row, then a probe container granted a slice), can they be managed while "
-        "sliced (sidecar visibility, co-tenancy); print one YAML document. Exits 1 only when an answer is "
-        "unavailable. Without --dry-run it stages the preload-library tree onto the host, takes the node's "
-        "preflight lock, sweeps containers an earlier run left behind and starts the probes.",
+        "sliced (sidecar visibility, co-tenancy); print one YAML document (JSON with -o json) on stdout and a "
+        "short summary of it on stderr (-q leaves it out). Exits 1 only when an answer is unavailable. "
+        "Without --dry-run it stages the preload-library tree onto the host, takes the node's preflight lock, "
+        "sweeps containers an earlier run left behind and starts the probes.",
     )
     _add_common(pre, host_root_alias=False)
     pre.add_argument(
         "--host-root",
         metavar="PATH",
-        default=CONTAINER_HOST_ROOT,
+        default=None,
         help="where the host's / is mounted (-v /:/host); entered with chroot for the host's own vendor CLI "
         "and container CLI and read for the kubelet's configuration, never detected through (default: "
-        "/host; when it is absent or is not a root the cross-check is not asked and the report says so)",
+        "/host; when /host is absent or is not a node's root -- no /etc -- the cross-check is not asked, the "
+        "run carries on as a dry run and the report says so; a path given here that does not exist or is no "
+        "directory is a usage error)",
+    )
+    pre.add_argument(
+        "-o",
+        "--output",
+        choices=["yaml", "json"],
+        default="yaml",
+        help="the document's format on stdout (default yaml)",
+    )
+    pre.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="leave out what stderr tells a person -- the progress lines and the summary after the document "
+        "(per manufacturer: state, count, the first unavailable reason; what the exit code means); logs stay",
     )
     pre.add_argument("--dry-run", action="store_true", help="print container steps instead of taking them")
     pre.add_argument(
@@ -505,9 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         manufacturers = [args.manufacturer] if args.action == "mode" else args.manufacturer
         root = _detect_root(args)
+        if root is not None:
+            existing_root(root, *_root_flag(args))
+        if args.action == "preflight" and args.host_root is not None:
+            existing_root(args.host_root, "--host-root", HOST_ROOT_REMEDY)
         req = api.make_request(root, manufacturers, no_pci_check=getattr(args, "no_pci_check", False))
-        if args.action == "preflight":
-            api.check_root(args.host_root, "--host-root")
     except (UnknownManufacturerError, SettingsError, api.RootArgumentError) as exc:
         parser.exit(EXIT_USAGE, f"gpustack-operator: error: {exc}\n")
     try:
@@ -534,6 +559,62 @@ def _detect_root(args: argparse.Namespace) -> str | None:
             f"--detect-root {root} and --host-root {alias} name two roots; for this command they are one"
         )
     return root if root is not None else alias
+
+
+def _root_flag(args: argparse.Namespace) -> tuple[str, str]:
+    """The flag the user typed the node view with (``--host-root`` where that is its alias), and the
+    remedy that fits it."""
+    if args.detect_root is None:
+        return "--host-root", ALIAS_REMEDY
+    return "--detect-root", NODE_VIEW_REMEDY
+
+
+NODE_VIEW_REMEDY = (
+    "name the directory whose /sys, /dev and /proc the pass should read: / on the node itself, or a captured "
+    "node's tree"
+)
+ALIAS_REMEDY = "name the directory the node's / is at: / on the node itself, or a captured node's tree"
+HOST_ROOT_REMEDY = (
+    "name the directory the node's / is mounted at (-v /:/host), or leave --host-root out: the default /host, "
+    "when nothing is mounted there, carries on as a dry run"
+)
+# A typed value is shown at most this long in a message (a path is far shorter; hostile text need not be).
+SHOWN_MAX = 200
+
+
+def _shown(value: str) -> str:
+    """``value`` quoted on one printable line (``repr``: every character that is not printable escaped),
+    cut at :data:`SHOWN_MAX` characters."""
+    shown = repr(value[:SHOWN_MAX])
+    return shown[:SHOWN_MAX] + "..." if len(value) > SHOWN_MAX or len(shown) > SHOWN_MAX else shown
+
+
+def existing_root(value: str, flag: str, remedy: str) -> str:
+    """A root the user typed (``--detect-root``, ``--host-root``): ``value`` when it is a directory, else
+    :class:`api.RootArgumentError` -- a usage error, exit 2 -- naming ``flag``, the value and the remedy.
+
+    Only a typed root is held to this. The spec's "A run with no host root to enter carries on as a dry
+    run rather than stopping" (preflight-operations, "The A5 host-state rows") is the default ``/host``
+    not mounted, which preflight still answers; a path the user typed that names nothing is their typo,
+    which no answer should absorb. The check is a ``stat``: nothing is opened, so a FIFO is refused at
+    once, never waited on."""
+    what = "node view" if flag == "--detect-root" else "host root"
+    if not value.strip():
+        raise api.RootArgumentError(f"{flag} is empty: {remedy}")
+    if "\0" in value:
+        raise api.RootArgumentError(f"{flag}: {what} {_shown(value)} holds a NUL byte, so it names no directory")
+    try:
+        mode = os.stat(value).st_mode
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    except ValueError:  # a name the filesystem encoding cannot spell (a lone surrogate)
+        why = "it is not encodable as a file name"
+    else:
+        if stat.S_ISDIR(mode):
+            return value
+        kind = "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
+        why = f"it is {kind}, not a directory"
+    raise api.RootArgumentError(f"{flag}: {what} {_shown(value)} cannot be used: {why}; {remedy}")
 
 
 def _fast_failed_note(args: argparse.Namespace, req: api.Request, empty: bool) -> None:
@@ -579,8 +660,9 @@ def _serve(args: argparse.Namespace, req: api.Request) -> int:
 
 
 def _run(args: argparse.Namespace, req: api.Request) -> int:
-    """The command; an unusable node view (``--detect-root``: missing, not a directory) is a usage
-    error, exit 2, for every command that reads one (preflight answers it in its document instead)."""
+    """The command; an unusable node view is a usage error, exit 2, for every command that reads one.
+    :func:`main` refused a typed root that names no directory already, naming the flag; this catches one
+    that stops being usable after that check."""
     try:
         return _command(args, req)
     except HostRootError as exc:
@@ -613,7 +695,15 @@ def _command(args: argparse.Namespace, req: api.Request) -> int:
             print(f"gpustack-operator: {manufacturer} could not be measured: {reason}", file=sys.stderr)
         return EXIT_OK
 
-    # --runtime, --probe-image and --host-root were refused by argparse and main() already, so nothing
+    return _preflight(args, req)
+
+
+def _preflight(args: argparse.Namespace, req: api.Request) -> int:
+    """``device-manager preflight``: the document on stdout, exactly (``-o yaml|json``); after it, unless
+    ``--quiet``, the summary on stderr. ``--host-root`` not given is the default ``/host``, whose absence
+    the run answers (a dry run); one given was checked in :func:`main` already."""
+    host_root = args.host_root if args.host_root is not None else CONTAINER_HOST_ROOT
+    # --runtime, --probe-image and the roots were refused by argparse and main() already, so nothing
     # raised from here on is a usage error: a crash is contained and the document still written
     try:
         report = api.run_preflight(
@@ -621,9 +711,9 @@ def _command(args: argparse.Namespace, req: api.Request) -> int:
             dry_run=args.dry_run,
             runtime=args.runtime,
             probe_image=args.probe_image,
-            host_root=args.host_root,
+            host_root=host_root,
             preload_source=args.preload_source,
-            progress=_progress(),
+            progress=None if args.quiet else _progress(),
         )
     except Exception as exc:
         from gpustack_operator.preflight.run import unusable_root_report  # noqa: PLC0415
@@ -633,11 +723,107 @@ def _command(args: argparse.Namespace, req: api.Request) -> int:
             req.manufacturers,
             f"the preflight pass crashed ({type(exc).__name__}: {exc}); a bug worth reporting with the -v=3 output",
         )
-    _write(_dump_yaml(report.wire()))
-    failures = report.failures()
-    for failure in failures:
-        print(f"gpustack-operator: preflight: {failure}", file=sys.stderr)
-    return EXIT_FAILED if failures else EXIT_OK
+    _emit(report.wire(), args.output)
+    if not args.quiet:
+        with contextlib.suppress(OSError):  # a stderr that takes nothing loses the summary, not the answer
+            print("\n".join(preflight_summary(report, dry_run=args.dry_run)), file=sys.stderr, flush=True)
+    return EXIT_FAILED if report.failures() else EXIT_OK
+
+
+SUMMARY_HEADER = "gpustack-operator: preflight: summary"
+SUMMARY_WIDTH = 100  # every summary line fits in it, whatever the report holds: longer text wraps
+SUMMARY_NAME_MAX = 40  # a manufacturer's name or a model, as the summary shows it
+# The most lines one item takes: a manufacturer's line, its first unavailable reason (the document holds
+# it whole), why no container step ran.
+ENTRY_LINES, REASON_LINES, STEPS_LINES = 2, 4, 3
+DRY_RUN_LINE = "  dry run (--dry-run): nothing was written to the node and no container was started"
+
+
+def preflight_summary(report: Report, *, dry_run: bool) -> list[str]:
+    """What stderr tells a person after the document, so a healthy node is a few lines, not the
+    document's thousand (issue 17): per manufacturer its state, its accelerator count and -- where an
+    answer is unavailable -- how many are and the first one's reason; the manufacturers with nothing
+    detected on one line; manufacturers that would say the same thing (all nine, after a crash) said
+    once; why no container step ran, where none did; and what the exit code means (supplement §2.8:
+    non-zero only for an unavailable accelerator answer). Every line is printable and at most
+    :data:`SUMMARY_WIDTH` long: the report's text comes from the host (a driver's message, a file)."""
+    said: dict[tuple[str, str | None], list[str]] = {}  # (the words, the first reason) -> manufacturers
+    nothing: list[str] = []
+    for group in report.accelerators:
+        name = _cut(_printable(group.manufacturer), SUMMARY_NAME_MAX)
+        summary = _group_words(group)
+        if summary is None:
+            nothing.append(name)
+        else:
+            said.setdefault(summary, []).append(name)
+    lines = [SUMMARY_HEADER]
+    for (words, first), names in said.items():
+        lines += _wrapped(f"{', '.join(names)}: {words}", ENTRY_LINES)
+        if first is not None:
+            lines += _wrapped(first, REASON_LINES, indent="    ")
+    if nothing:
+        lines += _wrapped("not detected: " + ", ".join(nothing), ENTRY_LINES)
+    if dry_run:
+        lines.append(DRY_RUN_LINE)
+    elif report.runtime is not None and report.runtime.emitted:
+        why = report.runtime.reason or "the runtime resolution gave no reason"
+        lines += _wrapped(f"container steps emitted, not run: {why}", STEPS_LINES)
+    lines.append(_exit_line(len(report.failures())))
+    return lines
+
+
+def _group_words(group: Group) -> tuple[str, str | None] | None:
+    """One manufacturer's summary -- its words and, when an answer is unavailable, the first one's
+    reason -- or ``None`` when nothing of it was detected (the one line that names them all)."""
+    from gpustack_operator.preflight.models import State  # noqa: PLC0415
+
+    det = group.detection
+    checks = group.checks or []
+    unavailable = [f"detection: {det.reason}"] if det.state is State.UNAVAILABLE else []
+    unavailable += [f"{c.capability} on {c.accelerator}: {c.reason}" for c in checks if c.state is State.UNAVAILABLE]
+    if det.state is State.NOT_DECLARED and not det.accelerators and not checks:
+        return None
+    found = f"{det.accelerators} accelerator{'' if det.accelerators == 1 else 's'}"
+    if det.detail:
+        found += f" ({_cut(_printable(det.detail), SUMMARY_NAME_MAX)})"
+    if unavailable:
+        n = len(unavailable)
+        answers = "1 unavailable answer:" if n == 1 else f"{n} unavailable answers, the first:"
+        return f"unavailable; {found}; {answers}", unavailable[0]
+    counted = ", ".join(f"{n} {state.value}" for state in State if (n := sum(c.state is state for c in checks)))
+    return f"{det.state.value}; {found}" + (f"; rows: {counted}" if counted else ""), None
+
+
+def _exit_line(failures: int) -> str:
+    if not failures:
+        return "  exit 0: no accelerator answer is unavailable (network and topology never fail a run)"
+    verb = "answers are" if failures > 1 else "answer is"
+    return f"  exit 1: {failures} accelerator {verb} unavailable; every one is in the document"
+
+
+def _wrapped(text: str, max_lines: int, indent: str = "  ") -> list[str]:
+    """``text`` made printable and wrapped at :data:`SUMMARY_WIDTH`, continued two columns further in,
+    in at most ``max_lines`` lines; what does not fit ends in `` ...`` (the document holds it whole)."""
+    shown = _printable(text)[: SUMMARY_WIDTH * max_lines]  # more than fits: the cut still shows
+    return textwrap.wrap(
+        shown,
+        width=SUMMARY_WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        max_lines=max_lines,
+        placeholder=" ...",
+        break_on_hyphens=False,
+    )
+
+
+def _printable(text: str) -> str:
+    """Host text on one line: runs of whitespace (newlines among them) one space, any other character
+    that is not printable (an escape sequence, a lone surrogate) written as its escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _progress() -> Callable[[str], None]:
