@@ -5,7 +5,7 @@ tarball's members to ``$TMPDIR``, and a member placed through a chain of symlink
 The rules, one function each:
 
 * **Names** (:func:`validate_member_name`): relative, no ``..``, no NUL, at most :data:`MAX_DEPTH` deep.
-* **Placement** (:func:`_place`): a member lies under directories only. A member whose path passes
+* **Placement** (:meth:`TarSource._place`): a member lies under directories only. A member whose path passes
   through an earlier symlink or file (``amd/s`` -> ``..``, then ``amd/s/x``) is refused: nothing is
   ever written through a link, so the question of where such a write would land never arises.
 * **Links** (:func:`resolve`): a symlink's target is followed component by component through the
@@ -64,6 +64,7 @@ PAX_HEADER_MAX = 1024
 # A GNU long-name / long-link header longer than PATH_MAX is refused: tarfile reads it whole into memory.
 NAME_HEADER_MAX = 4096
 CHUNK = MIB
+PATH_MAX = 4096
 
 _PAX_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 _NAME_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
@@ -245,8 +246,8 @@ def validate_member_name(name: str) -> str:
 
 class LinkLoopError(Exception):
     """A path :func:`resolve` gave up on: more than :data:`MAX_LINKS` symlinks (a loop, or a chain that
-    long), more than :data:`MAX_STEPS` components, or the source's :class:`Steps` spent. The message
-    says which."""
+    long), more than :data:`MAX_STEPS` components, deeper than :data:`MAX_DEPTH`, a target longer than
+    :data:`PATH_MAX`, or the source's :class:`Steps` spent. The message says which."""
 
 
 @dataclass
@@ -269,8 +270,10 @@ def resolve(
     never followed by it): a symlink met is replaced by its target, read from the directory holding
     it; a ``..`` after it climbs from where it led. A component the namespace lacks is a plain name (it
     cannot be a link). ``anchor`` (a directory source's own absolute path) lets an absolute target
-    that names the root lead inside it. Raises :class:`LinkLoopError` past :data:`MAX_LINKS` links or
-    :data:`MAX_STEPS` components, or when ``steps`` (shared by a source's resolutions) runs out.
+    that names the root lead inside it. Raises :class:`LinkLoopError` past :data:`MAX_LINKS` links,
+    :data:`MAX_STEPS` components or :data:`MAX_DEPTH` levels, on a target over :data:`PATH_MAX`, or
+    when ``steps`` (shared by a source's resolutions) runs out: each bound keeps a hostile target's
+    cost small.
 
     Never ``os.path.realpath``: it stops resolving a path past PATH_MAX and returns the rest as
     written, which a chain of long-named links exploits (issue 16)."""
@@ -281,6 +284,8 @@ def resolve(
         nonlocal stack
         if not link or "\x00" in link:
             return False
+        if len(link) > PATH_MAX:
+            raise LinkLoopError(f"a link target longer than {PATH_MAX} characters (PATH_MAX)")
         if link.startswith("/"):
             parts = [p for p in link.split("/") if p not in ("", ".")]
             if anchor is None or tuple(parts[: len(anchor)]) != anchor:
@@ -297,6 +302,8 @@ def resolve(
         taken += 1
         if taken > MAX_STEPS:
             raise LinkLoopError(f"more than {MAX_STEPS} path components")
+        if len(stack) > MAX_DEPTH:
+            raise LinkLoopError(f"the path leads more than {MAX_DEPTH} levels deep")
         if steps is not None:
             steps.left -= 1
             if steps.left < 0:
