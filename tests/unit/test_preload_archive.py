@@ -471,3 +471,21 @@ def test_an_undecodable_name_planted_in_the_destination_is_reported_readably(san
     assert checked.removed == ["amd/planted\\xff"]
     checked.model_dump_json().encode("utf-8")
     json.dumps(checked.diff, ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("members", "problem"),
+    [
+        ([(".", tarfile.SYMTYPE, "amd")], "names the archive root but is a link"),
+        ([("amd/x/y.so", tarfile.REGTYPE, ""), ("amd/x", tarfile.REGTYPE, "")], "replaces a directory"),
+        ([("amd/d", tarfile.DIRTYPE, ""), ("amd/h", tarfile.LNKTYPE, "amd/d")], "is a dir, not a file"),
+    ],
+)
+def test_members_that_cannot_be_laid_out(sandbox: Path, members: list[tuple[str, bytes, str]], problem: str) -> None:
+    archive = sandbox / "layout.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, kind, link in members:
+            add(tar, name, kind, link)
+    with pytest.raises(StageError) as err:
+        plan(archive, sandbox / "host", ["amd"])
+    assert problem in err.value.problem

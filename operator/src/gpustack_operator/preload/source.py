@@ -672,13 +672,13 @@ class TarSource(Source):
                     "through it",
                     REMEDY_REBUILD,
                 )
+        if not parts and entry.kind != "dir":
+            raise StageError(member, f"tar member names the archive root but is a {entry.kind}", REMEDY_REBUILD)
         before = self.entries.get(parts)
         if before is not None and before.kind == "dir" and entry.kind != "dir":
             raise StageError(
                 member, f"tar member (a {entry.kind}) replaces a directory an earlier member made", REMEDY_REBUILD
             )
-        if not parts and entry.kind != "dir":
-            raise StageError(member, f"tar member names the archive root but is a {entry.kind}", REMEDY_REBUILD)
         self.entries[parts] = entry
 
     def _check_link(self, parts: Parts, target: str) -> None:
