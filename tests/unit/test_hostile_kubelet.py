@@ -90,6 +90,15 @@ def test_a_modest_alias_is_still_read() -> None:
         ("? [a, b]\n: c\n", "not valid YAML"),  # a key YAML can hold and Python cannot
         ("kind: KubeletConfiguration\n---\nkind: Other\n", "another document"),
         ("x: " + "*a " * 10 + "\n", "not valid YAML"),
+        # tags their value cannot hold: PyYAML's safe constructors raised AttributeError, KeyError,
+        # IndexError, ValueError out of the parser
+        ("topologyManagerPolicy: !!timestamp x\n", "a value its tag cannot hold (AttributeError"),
+        ("kind: !!bool maybe\n", "a value its tag cannot hold (KeyError"),
+        ("apiVersion: !!int ''\n", "a value its tag cannot hold (IndexError"),
+        ("other: !!float ''\n", "a value its tag cannot hold (IndexError"),
+        ("other: !!int 0x\n", "a value its tag cannot hold (ValueError"),
+        ("other: 2001-13-45\n", "a value its tag cannot hold (ValueError"),
+        ("other: !!omap [1]\n", "not valid YAML"),
     ],
 )
 def test_odd_shapes_are_a_parse_error_in_words(text: str, words: str) -> None:

@@ -291,3 +291,69 @@ def test_engine_reader_never_raises(
         assert facts.binary is None or isinstance(facts.binary, str)
     decision = CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(root)).decide([GPU_A], None)
     assert decision.channel is Channel.ENVVAR  # no specification is on this node
+
+
+_BOMB = 'a0: &a0 ["lol"]\n' + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: !!timestamp x\n", "AttributeError"),
+        ("cdiVersion: !!bool maybe\nkind: nvidia.com/gpu\n", "KeyError"),
+        ("cdiVersion: 0.6.0\nkind: !!int ''\n", "IndexError"),
+        ("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\n" + _BOMB + "devices: *a9\n", "alias"),
+        ("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: &d [*d]\n", "holds it"),
+    ],
+)
+def test_a_spec_yaml_cannot_build_is_unreadable_never_an_exception(tmp_path: Path, spec: str, words: str) -> None:
+    write(tmp_path, {"/etc/containerd/config.toml": CONTAINERD_V3, "/etc/cdi/nvidia.yaml": spec})
+    decision = within(
+        tmp_path, lambda: CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(tmp_path)).decide([GPU_A], None)
+    )
+    assert decision.channel is Channel.ENVVAR
+    assert "/etc/cdi/nvidia.yaml" in decision.reason and words in decision.reason
+    with pytest.raises(RefusedError) as err:
+        CdiResolver(Strategy.CDI_ANNOTATIONS, KIND, "nvidia", HostRoot(tmp_path)).decide([GPU_A], None)
+    assert "/etc/cdi/nvidia.yaml" in err.value.message and words in err.value.message
+
+
+_SPEC_PIECES = st.sampled_from(
+    [
+        "cdiVersion: ",
+        "kind: ",
+        "devices:\n",
+        "- name: ",
+        "&a ",
+        "*a",
+        "!!timestamp ",
+        "!!bool ",
+        "!!int ",
+        "!!float ",
+        "!!set ",
+        "!!omap ",
+        "''",
+        "x",
+        "0.6.0",
+        "nvidia.com/gpu",
+        GPU_A,
+        "\n",
+        "  ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ": ",
+    ]
+)
+
+
+@given(spec=st.lists(_SPEC_PIECES, max_size=40).map("".join) | st.integers(1, 10).map(lambda n: _BOMB[: 30 * n]))
+@example(spec="cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: !!timestamp x\n")
+def test_spec_yaml_of_any_tag_is_decided(tmp_path_factory: pytest.TempPathFactory, spec: str) -> None:
+    root = _tree(
+        tmp_path_factory.getbasetemp() / "hostile-spec-tags",
+        {"/etc/containerd/config.toml": CONTAINERD_V3, "/etc/cdi/nvidia.yaml": spec},
+    )
+    decision = CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(root)).decide([GPU_A], None)
+    assert isinstance(decision, CdiDecision) and decision.reason

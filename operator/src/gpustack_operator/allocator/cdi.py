@@ -45,10 +45,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import yaml
-
 from gpustack_operator.host import HostRoot
 from gpustack_operator.host.root import HostPathError, HostRootError
+from gpustack_operator.host.safeyaml import YamlError, load_yaml
 from gpustack_operator.manufacturers.respond import Channel, Code, RefusedError
 from gpustack_operator.settings import SettingsError
 
@@ -64,6 +63,9 @@ CONFIG_DIR_VAR = "GPUSTACK_CONTAINERD_CONFIG_DIR"
 # Read caps: a generated NVIDIA spec of a large node (every driver library a mount) is tens of KiB,
 # a containerd configuration a few; anything past these is not one of them.
 SPEC_READ_LIMIT = 4 * 1024 * 1024
+# A YAML specification is refused past this many nodes with its aliases expanded (an alias bomb) --
+# ten times what a spec of SPEC_READ_LIMIT bytes could hold written out.
+SPEC_MAX_NODES = 1_000_000
 CONFIG_READ_LIMIT = 1024 * 1024
 MAX_CONFIG_FILES = 32  # config.toml plus what its imports name, at most
 # containerd's deepest real table is plugins."<id>".containerd.runtimes.<name>.options (6 levels); a
@@ -413,9 +415,11 @@ def _parse_spec(path: str, text: str) -> list[str]:
         if path.endswith(".json"):
             doc: object = json.loads(text)
         else:
-            doc = yaml.load(text, Loader=yaml.CSafeLoader)
-    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
-        raise _MalformedError(f"not {'JSON' if path.endswith('.json') else 'YAML'} ({str(exc)[:200]})") from None
+            doc = load_yaml(text, max_nodes=SPEC_MAX_NODES)
+    except YamlError as exc:
+        raise _MalformedError(str(exc)) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise _MalformedError(f"not JSON ({str(exc)[:200]})") from None
     if not isinstance(doc, dict):
         raise _MalformedError("not a CDI specification (no mapping at the top)")
     kind, version = doc.get("kind"), doc.get("cdiVersion")

@@ -42,18 +42,17 @@ have named is answered "unreadable", naming the file and why.
 
 from __future__ import annotations
 
-import datetime
 import errno
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpustack_operator.host import HostPathError, HostRoot
+from gpustack_operator.host.safeyaml import YamlError, load_yaml, yaml_kind
 
 KUBELET = "kubelet"
 PROC = "/proc"
@@ -70,8 +69,8 @@ KUBELET_KIND = "KubeletConfiguration"
 
 CONFIG_LIMIT = 256 * 1024  # a KubeletConfiguration is a few KiB; the cap only stops a hostile file
 # A KubeletConfiguration is a few hundred YAML nodes, a dozen levels at most. Past these, with every
-# alias counted as the nodes it stands for, a file is refused before anything is built or rendered:
-# nine levels of nine aliases ("billion laughs") stand for 387 million.
+# alias counted as the nodes it stands for, a file is refused before anything is built or rendered
+# (host/safeyaml.py): nine levels of nine aliases ("billion laughs") stand for 387 million.
 MAX_YAML_NODES = 100_000
 MAX_YAML_DEPTH = 64
 CMDLINE_LIMIT = 256 * 1024
@@ -315,101 +314,6 @@ def kubeadm_args(text: str) -> list[str]:
     return parse_env_file(text).get(KUBEADM_ARGS_VARIABLE, "").split()
 
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _children(node: yaml.Node) -> Iterator[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            yield key
-            yield value
-    elif isinstance(node, yaml.SequenceNode):
-        yield from node.value
-
-
-def check_expansion(root: yaml.Node, max_nodes: int = MAX_YAML_NODES, max_depth: int = MAX_YAML_DEPTH) -> None:
-    """Refuse a composed YAML document that would build more than ``max_nodes`` nodes, each alias
-    counted as the whole node it stands for, or that nests deeper than ``max_depth`` -- before anything
-    is built from it or rendered: an alias bomb is a few hundred bytes that stand for millions of
-    nodes, and printing one (a reason quoting a value, a repr) is what takes the memory and the time.
-    An alias to a node that holds it is a structure without end, refused too. Iterative: the walk
-    itself never recurses. Raises :class:`ParseError`."""
-    weight: dict[int, int] = {}  # id(node) -> nodes it stands for, expanded
-    on_path: set[int] = {id(root)}
-    stack: list[tuple[yaml.Node, Iterator[yaml.Node]]] = [(root, _children(root))]
-    while stack:
-        node, pending = stack[-1]
-        child = next(pending, None)
-        if child is None:
-            stack.pop()
-            on_path.discard(id(node))
-            total = 1 + sum(weight[id(c)] for c in _children(node))
-            if total > max_nodes:
-                raise ParseError(
-                    f"its aliases expand it to more than {max_nodes} YAML nodes (an alias bomb?), far past any "
-                    f"{KUBELET_KIND}; not read"
-                )
-            weight[id(node)] = total
-        elif id(child) in weight:
-            continue
-        elif id(child) in on_path:
-            raise ParseError("an alias refers to a node that holds it (a structure without end); not read")
-        elif len(stack) >= max_depth:
-            raise ParseError(f"nested more than {max_depth} levels deep, far past any {KUBELET_KIND}; not read")
-        else:
-            on_path.add(id(child))
-            stack.append((child, _children(child)))
-
-
-def load_yaml(text: str) -> object:
-    """One YAML document, safely: composed first, checked by :func:`check_expansion`, only then
-    built. Raises :class:`ParseError` naming the problem (the line where the parser knows it)."""
-    loader: yaml.SafeLoader | None = None
-    try:
-        loader = _Loader(text)  # the C loader encodes the text first: a lone surrogate is a ValueError
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        check_expansion(node)
-        return loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise ParseError(f"not valid YAML{where}: {_cut(str(problem))}") from None
-    except UnicodeError:  # only a str handed in can hold one: a file's text is decoded with replacement
-        raise ParseError("not valid YAML: it holds a character that is no Unicode text (a lone surrogate)") from None
-    except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # a timestamp that is no date
-        raise ParseError(f"not valid YAML: {_cut(str(exc))}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def yaml_kind(value: object) -> str:
-    """What a YAML value is, in YAML's words (``a mapping``, ``a sequence``, ``an integer``, ...)."""
-    words: list[tuple[type | tuple[type, ...], str]] = [
-        (bool, "a boolean"),
-        (int, "an integer"),
-        (float, "a number"),
-        (str, "a string"),
-        (bytes, "binary data"),
-        (datetime.datetime, "a timestamp"),
-        (datetime.date, "a date"),
-        (dict, "a mapping"),
-        ((list, tuple), "a sequence"),
-        ((set, frozenset), "a set"),
-    ]
-    if value is None:
-        return "null"
-    return next((w for t, w in words if isinstance(value, t)), f"a {type(value).__name__}")
-
-
-def _cut(text: str, limit: int = 200) -> str:
-    """Text for a message, cut to ``limit`` characters."""
-    return text if len(text) <= limit else f"{text[:limit]}..."
-
-
 def _show(value: str, limit: int = 80) -> str:
     """A string read from a file, for a message: quoted, and cut to ``limit`` characters."""
     if len(value) <= limit:
@@ -429,9 +333,13 @@ def parse_kubelet_config(text: str) -> dict[Setting, str]:
     cannot name another kind), but one that names another kind or API group is refused. A setting
     with an empty value states nothing; one whose value is not a string is malformed. Whatever the
     file holds, what the error says is bounded (a value is quoted cut short, or named by its kind) and
-    nothing else escapes (:func:`load_yaml` refuses alias bombs and runaway nesting before building).
+    nothing else escapes (:func:`~gpustack_operator.host.safeyaml.load_yaml` refuses alias bombs,
+    runaway nesting and tags their value cannot hold, before anything is built or rendered).
     """
-    doc = load_yaml(text)
+    try:
+        doc = load_yaml(text, MAX_YAML_NODES, MAX_YAML_DEPTH)
+    except YamlError as exc:
+        raise ParseError(str(exc)) from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
