@@ -8,9 +8,11 @@ expected inventory, topology policy (why it was not read in the cell's title), a
 reason of a host that is not ok with its answers behind it -- for an ok host its RDMA links and a
 count of its capabilities.
 
-Every text a host sent is escaped, and shown at most :data:`TEXT_SHOWN` characters long, so a row's
-size is bounded whatever the host sent (the YAML carries every word): 1,000 hosts of the simulated
-fleet's documents stay under 2 MB (bench/report_bench.py).
+Every text a host sent is escaped and shown at most :data:`TEXT_SHOWN` characters long, and a row
+lists at most :data:`ITEMS_SHOWN` answers, models or versions and :data:`ROW_LINES_SHOWN` capability
+lines (the rest counted; the YAML carries every word), so a document of any size makes a row of
+bounded size but for its filter classes (one per manufacturer and capability answer it carries):
+1,000 hosts of the simulated fleet's documents stay under 2 MB (bench/report_bench.py).
 """
 
 import html
@@ -33,7 +35,9 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.fleet_report
 
 TEXT_SHOWN = 400  # characters of one host text (a reason, a note, a command) on the page
 ROW_LINES_SHOWN = 8  # capability lines behind a host's reason, failing first (the YAML has them all)
+ITEMS_SHOWN = 12  # answers behind a host's reason, models and versions in its cells (the YAML has them all)
 SHORT_ID = 13  # characters of an accelerator id on the page (the YAML has each in full)
+NAME_SHOWN = 60  # characters of a manufacturer name a document gives (the nine known are shorter)
 NO_TOPOLOGY = "this document carries no topology section"
 _ANCHOR = re.compile(r"[^A-Za-z0-9_-]")
 _LINE_ORDER = {"malformed": 0, "unavailable": 1, "ok": 2, "not-declared": 3}
@@ -69,6 +73,16 @@ def manufacturers_of(entry):
     )
 
 
+def _capped(items, what):
+    """``items``, at most :data:`ITEMS_SHOWN` of them and a last one counting the rest."""
+    if len(items) <= ITEMS_SHOWN:
+        return items
+    return [
+        *items[: ITEMS_SHOWN - 1],
+        '<span class="muted">%s more (in the YAML)</span>' % plural(len(items) - ITEMS_SHOWN + 1, what),
+    ]
+
+
 def has_text(entry):
     """``NVIDIA H100 80GB HBM3 ×8 · …`` and ``driver · runtime`` for one host row; an answer the
     report cannot name a model for says what it knows (``NVIDIA: driver not loaded, 2 on the bus``)."""
@@ -92,7 +106,8 @@ def has_text(entry):
         )
         if text and text not in versions:
             versions.append(text)
-    return " · ".join(models), _e(" / ".join(versions))
+    versions = [_e(v) for v in versions]
+    return " · ".join(_capped(models, "model")), " / ".join(_capped(versions, "version"))
 
 
 def expected_text(entry):
@@ -119,7 +134,7 @@ def expected_text(entry):
             )
         else:
             found = "–" if diff["found"] is None else str(diff["found"])
-            parts.append('<span class="short" title="%s">%s/%d</span>' % (e(diff["text"]), found, want["count"]))
+            parts.append('<span class="short" title="%s">%s/%d</span>' % (_e(diff["text"]), found, want["count"]))
     return " ".join(parts)
 
 
@@ -155,7 +170,7 @@ def details(entry):
         items.append("<li>%s</li>" % _e(entry["message"]))
     for group in (entry["report"] or {}).get("accelerators") or []:
         d = group["detection"]
-        name = html.escape(NAMES.get(group["manufacturer"], group["manufacturer"]))
+        name = _e(NAMES.get(group["manufacturer"], group["manufacturer"]), NAME_SHOWN)
         if d["state"] == "unavailable":
             items.append("<li><b>%s</b> detection: %s</li>" % (name, _e(d.get("reason") or "")))
             host = d.get("host")
@@ -177,6 +192,7 @@ def details(entry):
     network = network_text(entry)
     if network:
         items.append("<li>%s</li>" % network)
+    items = [i if i.startswith("<li") else "<li>%s</li>" % i for i in _capped(items, "answer")]
     return ("<ul>%s</ul>" % "".join(items) if items else "") + rows_html(entry)
 
 
@@ -277,7 +293,7 @@ def rows_html(entry, lines=None):
         items.append(
             '<li>%s%s <i>%s</i> <span class="%s">%s</span> <span class="muted">%s%s</span>%s%s</li>'
             % (
-                "<b>%s</b> " % e(NAMES.get(line["manufacturer"], line["manufacturer"])) if several else "",
+                "<b>%s</b> " % _e(NAMES.get(line["manufacturer"], line["manufacturer"]), NAME_SHOWN) if several else "",
                 _e(", ".join(line["capabilities"])),
                 _e(", ".join(line["modes"])),
                 _STATE_CLASS[line["state"]],

@@ -880,6 +880,7 @@ class _Tags(HTMLParser):
         self.attrs |= {name for name, _value in attrs}
 
 
+@pytest.mark.hostile
 @given(st.lists(_GROUP, max_size=3))
 def test_any_rows_a_host_sends_are_reported_never_a_traceback(groups: list[dict[str, Any]]) -> None:
     report = fleet.build([("h<1>", {"report": {"accelerators": groups}}), ("h2", None)], now=NOW)
@@ -911,6 +912,7 @@ def test_any_rows_a_host_sends_are_reported_never_a_traceback(groups: list[dict[
     assert text.count("malformed capability row") == sum(r["state"] == "malformed" for group in rows for r in group)
 
 
+@pytest.mark.hostile
 @given(
     _JSON
     | st.fixed_dictionaries(
@@ -1141,3 +1143,62 @@ def test_a_row_meets_only_the_filter_rules_of_its_own_classes() -> None:
         assert len([s for s in on_rows if s.startswith(f"#{radio}:checked")]) == 1, radio
     # and the one rule every row meets: its display, from the three axes
     assert [s for s in on_rows if s.startswith("#hosts")] == ["#hosts tbody tr", "#hosts tbody tr"]
+
+
+_STATE = st.sampled_from([*fleet.USABLE_LINKS, "failed", "down", "", "<x-inj>"]) | _TEXT
+_LINK = st.fixed_dictionaries(
+    {},
+    optional={
+        "interface": _TEXT | st.sampled_from(["ib0", "ens1f0np0/0000:21:00.4"]),
+        "rdmaDevice": _TEXT,
+        "state": st.none() | _STATE,
+        "reason": st.none() | _TEXT | st.text(min_size=500, max_size=2000),
+    },
+)
+_SECTIONS = st.fixed_dictionaries(
+    {"accelerators": st.lists(_GROUP, max_size=2)},
+    optional={
+        "network": st.fixed_dictionaries({}, optional={"checks": st.lists(_LINK, max_size=6), "note": _TEXT}),
+        "topology": st.fixed_dictionaries(
+            {}, optional={"policy": _TEXT, "note": st.none() | _TEXT | st.text(min_size=500, max_size=2000)}
+        ),
+    },
+)
+
+
+@pytest.mark.hostile
+@given(_SECTIONS, st.booleans())
+def test_any_links_and_topology_a_host_sends_are_reported_never_a_traceback(
+    document: dict[str, Any], fail_degraded: bool
+) -> None:
+    """A host's network and topology sections, however odd: the host is degraded exactly when one of
+    its links has a verdict that is not a usable one (never its status changed by it), the topology
+    cell's title is its note, every text on the page is cut and escaped, the YAML keeps its document
+    exactly where it is not ok, the JUnit parses."""
+    try:
+        report = fleet.build([("h<1>", {"report": document}), ("h2", None)], now=NOW, fail_degraded=fail_degraded)
+    except fleet.MalformedReportError:
+        return
+    (entry,) = [e for e in report["hosts"] if e["host"] == "h<1>"]
+    checks = document.get("network", {}).get("checks") or []
+    down = [c for c in checks if c.get("state") not in fleet.USABLE_LINKS]
+    assert bool(entry["degraded"]) == bool(down) and report["summary"]["degraded"] == (1 if down else 0)
+    assert entry["status"] == ("unavailable" if fleet.failures(document) else "ok")
+    assert ("h<1>" in fleet.failing_hosts(report)) == (entry["status"] != "ok" or (fail_degraded and bool(down)))
+    page = fleet.to_html(report)
+    tags = _Tags()
+    tags.feed(page)
+    assert not {"script", "x-inj"} & tags.tags and "onclick" not in tags.attrs
+    row = page.split('data-host="h&lt;1&gt;"', 1)[1].split("</tr>", 1)[0]  # a host's words may hold newlines
+    for text in [c.get("reason") for c in checks] + [document.get("topology", {}).get("note")]:
+        if text and len(text) > fleet.TEXT_SHOWN:
+            assert html.escape(text) not in row  # cut, never the whole of it
+    note = document.get("topology", {}).get("note")
+    if note:
+        assert f' title="{html.escape(fleet.cut(note, fleet.TEXT_SHOWN))}"' in row
+    doc = yaml.safe_load(fleet.to_yaml(report))
+    side = yaml.safe_load(fleet.to_documents_yaml(report))
+    assert ("report" in doc["hosts"]["h<1>"]) == (entry["status"] != "ok")
+    assert (doc["hosts"]["h<1>"].get("report") or side["hosts"]["h<1>"]) == document
+    assert doc["hosts"]["h<1>"].get("degraded", []) == entry["degraded"]
+    ET.fromstring(fleet.to_junit(report))
