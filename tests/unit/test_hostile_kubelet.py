@@ -412,3 +412,12 @@ def test_a_running_kubelets_command_line_of_any_shape(
     reading = read_kubelet(HostRoot(root))
     assert reading.process is not None and reading.process.pid == kn.KUBELET_PID
     _check(reading, quoted=len(raw) + len(cwd or ""))
+
+
+def test_a_config_past_the_cap_is_unreadable_naming_the_cap(tmp_path: Path) -> None:
+    padding = "# " + "x" * 78 + "\n"
+    text = "kind: KubeletConfiguration\ntopologyManagerPolicy: best-effort\n" + padding * 1000  # 80 KB
+    root = _node(tmp_path, {"var/lib/kubelet/config.yaml": text}, running=False)
+    answer = read_kubelet(HostRoot(root)).answer(Setting.POLICY)
+    assert answer.outcome is Outcome.UNREADABLE
+    assert answer.detail == f"/var/lib/kubelet/config.yaml: larger than the {64 * 1024}-byte read cap"

@@ -22,7 +22,6 @@ built from it, and turns every failure of the build into :class:`YamlError` with
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 
 import yaml
 
@@ -38,13 +37,12 @@ class YamlError(ValueError):
     """The text is not one YAML document this reader builds; ``str()`` says why, in bounded words."""
 
 
-def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            yield key
-            yield value
-    elif isinstance(node, yaml.SequenceNode):
-        yield from node.value
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def check_expansion(root: yaml.Node, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
@@ -52,31 +50,41 @@ def check_expansion(root: yaml.Node, max_nodes: int = MAX_NODES, max_depth: int 
     as the whole node it stands for, that nests deeper than ``max_depth``, or whose alias refers to a
     node holding it. Iterative and memoized: the check costs the composed nodes, not the expanded ones.
     Raises :class:`YamlError`."""
-    weight: dict[int, int] = {}  # id(node) -> nodes it stands for, expanded
+    weight: dict[int, int] = {}  # id(collection node) -> nodes it stands for, expanded
     on_path: set[int] = {id(root)}
-    stack: list[tuple[yaml.Node, Iterator[yaml.Node]]] = [(root, _children(root))]
+    # (node, its children, how many of them are weighed already, their weight so far)
+    stack: list[tuple[yaml.Node, list[yaml.Node], int, int]] = [(root, _children(root), 0, 1)]
     while stack:
-        node, pending = stack[-1]
-        child = next(pending, None)
-        if child is None:
+        node, children, done, total = stack[-1]
+        while done < len(children):
+            child = children[done]
+            if isinstance(child, yaml.ScalarNode):
+                total += 1
+            elif id(child) in weight:
+                total += weight[id(child)]
+            else:
+                break
+            done += 1
+        if total > max_nodes:
+            raise YamlError(
+                f"it stands for more than {max_nodes} YAML nodes, each alias counted as the node it repeats (an "
+                "alias bomb?), far past any configuration file; not read"
+            )
+        if done == len(children):
             stack.pop()
             on_path.discard(id(node))
-            total = 1 + sum(weight[id(c)] for c in _children(node))
-            if total > max_nodes:
-                raise YamlError(
-                    f"its aliases expand it to more than {max_nodes} YAML nodes (an alias bomb?), far past any "
-                    "configuration file; not read"
-                )
             weight[id(node)] = total
-        elif id(child) in weight:
-            continue
-        elif id(child) in on_path:
+            if stack:  # the parent takes this child's weight when it resumes (the memo holds it)
+                continue
+            break
+        child = children[done]
+        if id(child) in on_path:
             raise YamlError("an alias refers to a node that holds it (a structure without end); not read")
-        elif len(stack) >= max_depth:
+        if len(stack) >= max_depth:
             raise YamlError(f"nested more than {max_depth} levels deep, far past any configuration file; not read")
-        else:
-            on_path.add(id(child))
-            stack.append((child, _children(child)))
+        stack[-1] = (node, children, done, total)
+        on_path.add(id(child))
+        stack.append((child, _children(child), 0, 1))
 
 
 def _cut(text: str, limit: int = 200) -> str:
@@ -95,6 +103,8 @@ def load_yaml(text: str, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH)
             return None
         check_expansion(node, max_nodes, max_depth)
         return loader.construct_document(node)
+    except YamlError:
+        raise  # check_expansion's own words (a ValueError, which the clause below would re-word)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

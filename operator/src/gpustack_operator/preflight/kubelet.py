@@ -67,7 +67,9 @@ DROPIN_SUFFIX = ".conf"
 KUBELET_API_GROUP = "kubelet.config.k8s.io/"
 KUBELET_KIND = "KubeletConfiguration"
 
-CONFIG_LIMIT = 256 * 1024  # a KubeletConfiguration is a few KiB; the cap only stops a hostile file
+# A KubeletConfiguration is a few KiB (kubeadm's is 1.5); the cap only stops a hostile file -- and what
+# libyaml takes to scan one (~1 s for 64 KiB of the worst shapes on a busy node).
+CONFIG_LIMIT = 64 * 1024
 # A KubeletConfiguration is a few hundred YAML nodes, a dozen levels at most. Past these, with every
 # alias counted as the nodes it stands for, a file is refused before anything is built or rendered
 # (host/safeyaml.py): nine levels of nine aliases ("billion laughs") stand for 387 million.
