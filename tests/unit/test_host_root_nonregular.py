@@ -99,6 +99,9 @@ def test_an_in_place_attribute_write_writes_a_regular_file_without_replacing_it(
     HostRoot(tmp_path).write_attribute("/sys/ctl", "1\n")
     assert attr.read_text() == "1\n"
     assert attr.stat().st_ino == inode
+    attr.write_text("a longer stale value\n")
+    HostRoot(tmp_path).write_attribute("/sys/ctl", "2\n")
+    assert attr.read_text() == "2\n"  # as `echo 2 > attr` leaves it: no stale tail
     with pytest.raises(HostPathError, match="/sys/absent"):
         HostRoot(tmp_path).write_attribute("/sys/absent", "1\n")
     assert not (tmp_path / "sys/absent").exists()

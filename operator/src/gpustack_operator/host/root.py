@@ -41,7 +41,8 @@ DEFAULT_READ_LIMIT = 64 * 1024
 _CHUNK = 64 * 1024
 # The last component is resolved already (canonical()), so a link there now is one planted since: refused.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
-_ATTRIBUTE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+# O_TRUNC as a shell's "echo 1 > attr" opens it (sysfs ignores it; a regular file keeps no stale tail).
+_ATTRIBUTE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 
 
 class HostRootError(Exception):
@@ -234,7 +235,16 @@ class HostRoot:
 
     def _open(self, host_path: str, disk: str, flags: int) -> int:
         """Open ``disk`` (what ``host_path`` resolved to) with ``flags`` -- non-blocking, never
-        following a link -- and make sure it is a regular file; raises :class:`HostPathError`."""
+        following a link -- and make sure it is a regular file; raises :class:`HostPathError`. What
+        ``lstat`` already shows is no regular file is refused without being opened at all (opening a
+        device can do something); ``fstat`` of the open file decides (it may have been swapped)."""
+        try:
+            mode = os.lstat(disk).st_mode
+        except OSError:
+            pass  # absent or unreachable: the open below says which
+        else:
+            if not stat.S_ISREG(mode):
+                raise not_regular(host_path, mode)
         try:
             fd = os.open(disk, flags)
         except OSError as exc:
