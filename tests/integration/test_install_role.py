@@ -39,6 +39,16 @@ def offline_prefix() -> list[str]:
     return ["unshare", "--net"] if probe.returncode == 0 else []
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"  # this machine's own Python: no gpustack-operator package
+RECORDS = Path(".local") / "state" / "gpustack" / "accelerators"
+
+
+def home_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The user the role runs as gets a home of this test's own: its records stay in the test."""
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env | {"HOME": str(tmp_path / "home")}
+
+
 def run_play(
     env: dict[str, str], tmp_path: Path, vars_: dict[str, object], *, offline: bool = False
 ) -> subprocess.CompletedProcess[str]:
@@ -75,6 +85,7 @@ def run_play(
             }
         )
     )
+    env = home_env(env, tmp_path)
     if offline:
         # no network and no pip configuration of this machine: only what the role tells pip
         env = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
@@ -117,6 +128,100 @@ def test_install_from_wheel_then_modules_use_it(ansible_env: dict[str, str], tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (venv / "bin/gpustack-operator").exists()
     assert "ok: [target]" in proc.stdout and "facts through the installed package" in proc.stdout
+
+
+def later_run(env: dict[str, str], tmp_path: Path, host_root: Path) -> subprocess.CompletedProcess[str]:
+    """A new, separate ansible-playbook process, as the weekly run is: the host's Python is this
+    machine's own (no package), and nothing in the inventory names the venv."""
+    play = tmp_path / "later.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "target",
+                    "gather_facts": False,
+                    "tasks": [
+                        {"name": "facts", "gpustack.accelerators.accelerator_facts": {"host_root": str(host_root)}},
+                        {
+                            "name": "they are the MI300X node's",
+                            "ansible.builtin.assert": {
+                                "that": ["ansible_facts.gpustack_accelerators.groups[0].manufacturer == 'amd'"]
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    inv = tmp_path / "later-inv.yml"
+    target = {"ansible_connection": "local", "ansible_python_interpreter": SYSTEM_PYTHON}
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"target": target}}}))
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inv), str(play)],
+        cwd=REPO,
+        env=home_env(env, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_later_separate_run_finds_the_venv_the_role_recorded(
+    ansible_env: dict[str, str], tmp_path: Path, wheel: Path, wheelhouse: Path
+) -> None:
+    """Issue 17: install, then -- in another ansible-playbook process, with the host's interpreter
+    still the system's -- the modules re-run under the recorded venv. The install pulls in what
+    `dm serve` needs: the venv imports grpc and kubernetes, and `dm serve --help` answers."""
+    venv = tmp_path / "venv"
+    first = run_play(
+        ansible_env,
+        tmp_path,
+        {
+            "install_wheel": str(wheel),
+            "install_venv": str(venv),
+            "install_python": sys.executable,
+            "install_find_links": str(wheelhouse),
+        },
+        offline=True,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "Verify the venv imports the package and what device-manager serve needs" in first.stdout
+    (record,) = (tmp_path / "home" / RECORDS).iterdir()
+    assert record.name == "python.json"
+    assert json.loads(record.read_text()) == {
+        "python": str(venv / "bin" / "python"),
+        "host_root": None,
+        "venv": str(venv),
+        "version": wheel.name.split("-")[1],
+    }
+    imports = subprocess.run(
+        [venv / "bin" / "python", "-c", "import grpc, kubernetes, google.protobuf; print(grpc.__version__)"],
+        capture_output=True,
+        text=True,
+    )
+    assert imports.returncode == 0, imports.stderr
+    serve = subprocess.run(
+        [venv / "bin" / "gpustack-operator", "dm", "serve", "--help"], capture_output=True, text=True
+    )
+    assert serve.returncode == 0 and "usage:" in serve.stdout, serve.stdout + serve.stderr
+
+    second = later_run(ansible_env, tmp_path, REPO / "tests/fixtures/hosts/mi300x-8x")
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-4000:]
+    assert "Failed to import" not in out
+
+
+def test_a_run_with_no_venv_anywhere_names_what_it_looked_at(ansible_env: dict[str, str], tmp_path: Path) -> None:
+    proc = later_run(ansible_env, tmp_path, REPO / "tests/fixtures/hosts/mi300x-8x")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert "Failed to import the required Python library (gpustack-operator) on " in out, out[-3000:]
+    assert f"'s Python {SYSTEM_PYTHON} (ModuleNotFoundError: No module named 'gpustack_operator')" in out, out[-3000:]
+    records = tmp_path / "home" / RECORDS
+    assert f"no record in {records} (the install role writes one for each venv it makes)" in out, out[-3000:]
+    assert "/opt/gpustack-operator/venv/bin/python (the install role's default venv): absent" in out, out[-3000:]
+    assert "Remedy: run the gpustack.accelerators.install role for this host" in out, out[-3000:]
+    assert "Traceback" not in proc.stdout
 
 
 def test_dependencies_from_a_wheelhouse_with_no_index_and_no_network(

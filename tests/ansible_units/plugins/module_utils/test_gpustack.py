@@ -182,3 +182,23 @@ def test_a_bad_deploy_variable_fails_the_task_naming_it(
         gpustack.make_request(module)
     assert module.failure is not None
     assert module.failure["msg"].startswith("GPUSTACK_PCI_CLASS_PREFIXES: 'zz' is not a PCI class prefix")
+
+
+def test_a_missing_package_names_the_interpreter_and_every_venv_looked_at(
+    without_gpustack: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No record of the install role and no default venv: the task says which Python it ran under,
+    where it looked and the remedy (a later run re-runs under a recorded venv instead)."""
+    import sys
+
+    monkeypatch.setattr(without_gpustack, "RECORD_DIR", str(tmp_path / "records"))
+    monkeypatch.setattr(without_gpustack, "DEFAULT_VENV", str(tmp_path / "venv"))
+    module = FakeModule(host_root=None)
+    with pytest.raises(TaskFailedError):
+        without_gpustack.require_gpustack(module)
+    assert module.failure is not None
+    msg = module.failure["msg"]
+    assert f"'s Python {sys.executable} (" in msg
+    assert f"no record in {tmp_path}/records (the install role writes one for each venv it makes)" in msg
+    assert f"{tmp_path}/venv/bin/python (the install role's default venv): absent" in msg
+    assert "run the gpustack.accelerators.install role for this host" in msg
