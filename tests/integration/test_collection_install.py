@@ -1,12 +1,16 @@
 """The collection as a user gets it: the Galaxy tarball built from this checkout (what ``make
 collection`` builds), installed with ansible-galaxy into a fresh project directory, and that project's
-own inventory and playbook -- exactly those of the collection README's "Use it from your own
-playbooks" -- run with no network: the install role puts the bundled wheel into a venv per simulated
-host (dependencies from a wheelhouse, ``--no-index``), the preflight role writes the fleet report under
-the project directory, and the host the install role never ran on fails with the install hint while
-the others are reported. Nothing of this checkout is on the path: not its ansible.cfg, not its
-collections/ symlink, not its pip configuration, not its venv -- the controller is a venv holding
-ansible-core alone (tests/.build/ansible-core-<X.Y>), so the package is nowhere on it."""
+own ansible.cfg, inventory and playbook -- exactly those of the collection README's "Use it from your
+own playbooks" -- run with no network: the install role puts the bundled wheel into a venv per
+simulated host (dependencies from a wheelhouse, ``--no-index``), the preflight role writes the fleet
+report under the project directory, and the host the install role never ran on fails with the install
+hint while the others are reported. Then the README's later commands, each a new process from the same
+directory (issue 17): the weekly preflight playbook, its check-mode run, an ad-hoc module and
+ansible-doc -- with the inventory's interpreter still the system's, so the modules must find the venvs
+the install role recorded. Nothing of this checkout is on the path: not its ansible.cfg, not its
+collections/ symlink, not its pip configuration, not its venv, not this user's home -- the controller
+is a venv holding ansible-core alone (tests/.build/ansible-core-<X.Y>), so the package is nowhere on
+it, and only the project's own ansible.cfg tells Ansible where the collection is."""
 
 from __future__ import annotations
 
@@ -33,7 +37,6 @@ from tests.tools.collection_tree import (
     core_venv,
     core_version,
     download_wheelhouse,
-    empty_config,
 )
 
 pytestmark = pytest.mark.ansible
@@ -43,11 +46,21 @@ FIXTURES_PLACEHOLDER = "/path/to/gpustack-operator/tests/fixtures/hosts"
 INSTALLED = Path("collections") / "ansible_collections" / "gpustack" / "accelerators"
 
 
+# The walk-through's command blocks, by a line only each holds.
+COMMAND_BLOCKS = {
+    "bash": "ansible-playbook -i inventory.yml site.yml\n",
+    "later": "ansible-playbook -i inventory.yml gpustack.accelerators.preflight\n",
+}
+
+
 def readme_block(name: str, readme: Path = README) -> str:
-    """The README's code block that starts with ``# <name>`` (or, for ``bash``, the walk-through's)."""
-    blocks = re.findall(r"^```(?:yaml|bash)\n(.*?)^```", readme.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
-    if name == "bash":
-        (block,) = [b for b in blocks if "ansible-playbook -i inventory.yml site.yml" in b]
+    """The README's code block that starts with ``# <name>`` (or, for ``bash`` and ``later``, the
+    walk-through's command blocks)."""
+    blocks = re.findall(
+        r"^```(?:yaml|bash|ini)\n(.*?)^```", readme.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL
+    )
+    if name in COMMAND_BLOCKS:
+        (block,) = [b for b in blocks if COMMAND_BLOCKS[name] in b]
     else:
         (block,) = [b for b in blocks if b.startswith(f"# {name}\n")]
     return str(block)
@@ -58,9 +71,9 @@ def readme_file(name: str) -> str:
     return readme_block(name).replace(FIXTURES_PLACEHOLDER, str(HOSTS))
 
 
-def readme_commands() -> list[str]:
-    """The shell commands of the README's project walk-through (continuation lines joined)."""
-    block = readme_block("bash")
+def readme_commands(name: str = "bash") -> list[str]:
+    """The shell commands of one of the README's command blocks (continuation lines joined)."""
+    block = readme_block(name)
     text = block.replace("\\\n", " ")
     return [" ".join(line.split()) for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
@@ -78,22 +91,21 @@ def controller() -> Path:
 
 
 def user_env(project: Path) -> dict[str, str]:
-    """A shell in the project directory: its PWD, the controller's ansible on PATH, the project's collections
-    only, an Ansible configuration that sets nothing, and pip with no configuration file (no index,
-    no find-links of this machine: only what the role passes)."""
+    """A shell in the project directory: its PWD, the controller's ansible first on PATH, a home of its
+    own (where Ansible keeps its state and the install role its records), no ANSIBLE_* variable at all
+    -- the project's ansible.cfg is the only configuration -- and pip with no configuration file (no
+    index, no find-links of this machine: only what the role passes)."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("ANSIBLE_", "PIP_", "GPUSTACK_", "VIRTUAL_ENV", "PYTHONPATH"))
     }
+    home = project.parent / "home"
+    home.mkdir(exist_ok=True)
     env.update(
         PWD=str(project),
+        HOME=str(home),
         PATH=f"{controller()}{os.pathsep}{env.get('PATH', '')}",
-        ANSIBLE_CONFIG=str(empty_config()),
-        ANSIBLE_COLLECTIONS_PATH=str(project / "collections"),
-        ANSIBLE_HOME=str(project.parent / "ansible-home"),
-        ANSIBLE_LOCAL_TEMP=str(project.parent / "ansible-tmp"),
-        ANSIBLE_REMOTE_TEMP=str(project.parent / "ansible-tmp"),
         ANSIBLE_NOCOLOR="1",
         PIP_CONFIG_FILE=os.devnull,
     )
@@ -105,6 +117,11 @@ def run(argv: list[str], project: Path, *, offline: bool = True) -> subprocess.C
     return subprocess.run(
         [*prefix, *argv], cwd=project, env=user_env(project), capture_output=True, text=True, timeout=900
     )
+
+
+def run_verbatim(command: str, project: Path) -> subprocess.CompletedProcess[str]:
+    """A README command line exactly as written, by a shell in the project directory, with no network."""
+    return run(["/bin/sh", "-c", command], project)
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +141,13 @@ def fleet(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     project = tmp_path_factory.mktemp("user") / "my-fleet"
     project.mkdir()
     shutil.copy2(tarball, project / tarball.name)
-    for name in ("requirements.yml", "inventory.yml", "site.yml"):
+    for name in ("requirements.yml", "ansible.cfg", "inventory.yml", "site.yml"):
         (project / name).write_text(readme_file(name), encoding="utf-8")
     repo_reports = set((REPO / "reports").glob("preflight-*")) if (REPO / "reports").is_dir() else set()
 
     install, download, playbook = readme_commands()
     assert install == "ansible-galaxy collection install -r requirements.yml -p ./collections", install
-    galaxy = run([str(controller() / "ansible-galaxy"), *install.split()[1:]], project)
+    galaxy = run_verbatim(install, project)
     assert galaxy.returncode == 0, galaxy.stdout + galaxy.stderr
     tree = project / INSTALLED
     assert (tree / "MANIFEST.json").is_file(), galaxy.stdout
@@ -140,15 +157,25 @@ def fleet(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     assert download.endswith(f" {INSTALLED}/requirements.txt"), download
     download_wheelhouse(tree / "requirements.txt", project / "wheelhouse")
 
-    assert playbook == "ANSIBLE_COLLECTIONS_PATH=./collections ansible-playbook -i inventory.yml site.yml", playbook
-    proc = run([str(controller() / "ansible-playbook"), "-i", "inventory.yml", "site.yml"], project)
+    assert playbook == "ansible-playbook -i inventory.yml site.yml", playbook
+    proc = run_verbatim(playbook, project)
+    site_reports = sorted(p.name for p in (project / "reports").iterdir()) if (project / "reports").is_dir() else []
+    # every later command is a process of its own, as a user types them days after
+    later = {command: run_verbatim(command, project) for command in readme_commands("later")}
     new_repo_reports = (
         set((REPO / "reports").glob("preflight-*")) if (REPO / "reports").is_dir() else set()
     ) - repo_reports
-    return {"project": project, "tree": tree, "proc": proc, "repo_reports": new_repo_reports}
+    return {
+        "project": project,
+        "tree": tree,
+        "proc": proc,
+        "site_reports": site_reports,
+        "later": later,
+        "repo_reports": new_repo_reports,
+    }
 
 
-@pytest.mark.parametrize("name", ["requirements.yml", "inventory.yml", "site.yml", "bash"])
+@pytest.mark.parametrize("name", ["requirements.yml", "ansible.cfg", "inventory.yml", "site.yml", "bash", "later"])
 def test_the_repository_readme_shows_the_same_walk_through(name: str) -> None:
     assert readme_block(name, REPO / "README.md") == readme_block(name)
 
@@ -181,15 +208,16 @@ def test_the_fleet_runs_from_the_installed_tarball_alone(fleet: dict[str, Any]) 
 
 def test_the_report_lands_in_the_project_directory_never_in_the_collection(fleet: dict[str, Any]) -> None:
     project: Path = fleet["project"]
-    reports = sorted(p.name for p in (project / "reports").iterdir())
-    assert len(reports) == 3 and {Path(r).suffix for r in reports} == {".yaml", ".html", ".xml"}, reports
+    reports = fleet["site_reports"]
+    assert len(reports) == 4 and {Path(r).suffix for r in reports} == {".yaml", ".html", ".xml"}, reports
+    assert len([r for r in reports if r.endswith(".documents.yaml")]) == 1, reports
     assert not list((project / "collections").rglob("preflight-*")), "a report inside the installed collection"
     assert not fleet["repo_reports"], "a report in the source checkout"
 
 
 def test_a_host_without_the_package_fails_with_the_hint_and_the_others_are_reported(fleet: dict[str, Any]) -> None:
     project: Path = fleet["project"]
-    (yaml_path,) = (project / "reports").glob("preflight-*.yaml")
+    (yaml_path,) = [project / "reports" / r for r in fleet["site_reports"] if re.fullmatch(r"preflight-\w+\.yaml", r)]
     doc = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
     hosts = doc["hosts"]
     assert set(hosts) == {"hgx-h100-01", "mi300x-01", "bare-01"}
@@ -226,6 +254,17 @@ def test_each_venv_holds_the_bundled_wheel_and_the_wheelhouse(fleet: dict[str, A
         name, whl_version = whl.name.split("-")[:2]
         assert installed.get(name.lower().replace("_", "-")) == whl_version, whl.name
     assert not list((project / "wheelhouse").glob("gpustack_operator-*")), "the package came from the wheelhouse"
+    # what `dm serve` needs came with it (issue 17): the device plugin's gRPC and the API server's client
+    imports = subprocess.run(
+        [venv / "bin" / "python", "-c", "import grpc, kubernetes, google.protobuf"], capture_output=True, text=True
+    )
+    assert imports.returncode == 0, imports.stderr
+    for name in ("grpcio", "kubernetes", "protobuf"):
+        assert name in installed, name
+    serve = subprocess.run(
+        [venv / "bin" / "gpustack-operator", "dm", "serve", "--help"], capture_output=True, text=True
+    )
+    assert serve.returncode == 0 and "usage:" in serve.stdout, serve.stdout + serve.stderr
 
 
 def test_module_defaults_reach_the_action_group(fleet: dict[str, Any]) -> None:
@@ -266,6 +305,119 @@ def test_module_defaults_reach_the_action_group(fleet: dict[str, Any]) -> None:
     )
     proc = run([str(controller() / "ansible-playbook"), "-i", str(inventory), str(play)], project)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+# -- the runs after the first: each a process of its own, from the project directory (issue 17) ----------
+
+
+def later(fleet: dict[str, Any], command: str) -> subprocess.CompletedProcess[str]:
+    """The run of one of the README's later commands, exactly as written there."""
+    assert command in fleet["later"], (command, list(fleet["later"]))
+    proc: subprocess.CompletedProcess[str] = fleet["later"][command]
+    return proc
+
+
+def report_of(project: Path, out: str) -> tuple[Path, dict[str, Any]]:
+    """The fleet report a run printed the path of, and its document."""
+    match = re.search(r"report: +(\S+\.yaml)", out)
+    assert match is not None, out[-3000:]
+    path = Path(match[1])
+    assert path.parent == project / "reports", path
+    doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return path, doc
+
+
+def host_document(path: Path, doc: dict[str, Any], host: str) -> dict[str, Any]:
+    """A host's whole preflight document: in the report when the host is not ok, else in the side file."""
+    kept = doc["hosts"][host].get("document")
+    if isinstance(kept, dict):
+        return kept
+    side = yaml.safe_load((path.parent / doc["documents"]).read_text(encoding="utf-8"))
+    found: dict[str, Any] = side["hosts"][host]
+    return found
+
+
+def test_a_later_separate_run_finds_the_venvs_the_install_role_recorded(fleet: dict[str, Any]) -> None:
+    """The weekly run: `ansible-playbook -i inventory.yml gpustack.accelerators.preflight`, the
+    inventory's interpreter the system's Python (no package), no variable naming a venv. Each installed
+    host finds its own; bare-01 -- never installed -- fails naming the interpreter it tried and the
+    venvs recorded for the other hosts' roots."""
+    project: Path = fleet["project"]
+    proc = later(fleet, "ansible-playbook -i inventory.yml gpustack.accelerators.preflight")
+    out = proc.stdout + proc.stderr
+    assert recap(out) == {"hgx-h100-01": 0, "mi300x-01": 0, "bare-01": 1}, out[-4000:]
+    line = re.search(r"fleet preflight: .*", out)
+    assert line is not None and line[0].startswith("fleet preflight: 3 hosts, 2 ok, 0 unavailable"), out[-4000:]
+    hosts = report_of(project, out)[1]["hosts"]
+    assert hosts["hgx-h100-01"]["status"] == "ok" and hosts["mi300x-01"]["status"] == "ok", hosts
+    bare = hosts["bare-01"]
+    said = " ".join(json.dumps(bare).split())
+    assert bare["status"] == "failed", bare
+    assert "Failed to import the required Python library (gpustack-operator)" in said, said
+    assert "'s Python /usr/bin/python3 (ModuleNotFoundError: No module named 'gpustack_operator')" in said, said
+    assert "recorded there for other node roots" in said, said
+    for host in ("hgx-h100-01", "mi300x-01"):
+        assert str(project / "venvs" / host / "bin" / "python") in said, (host, said)
+    assert "gpustack.accelerators.install role for this host" in said, said
+
+
+def test_each_installed_host_has_its_own_record(fleet: dict[str, Any]) -> None:
+    project: Path = fleet["project"]
+    records = project.parent / "home" / ".local" / "state" / "gpustack" / "accelerators"
+    got = {
+        doc["host_root"]: doc["python"]
+        for doc in (json.loads(p.read_text(encoding="utf-8")) for p in sorted(records.glob("python-*.json")))
+    }
+    assert got == {
+        str(HOSTS / "h100-sxm-8x"): str(project / "venvs" / "hgx-h100-01" / "bin" / "python"),
+        str(HOSTS / "mi300x-8x"): str(project / "venvs" / "mi300x-01" / "bin" / "python"),
+    }
+    assert not (records / "python.json").exists(), "a record for the machine itself: bare-01 would find it"
+
+
+def test_check_mode_runs_the_fleet_as_a_dry_run(fleet: dict[str, Any]) -> None:
+    project: Path = fleet["project"]
+    proc = later(fleet, "ansible-playbook -i inventory.yml gpustack.accelerators.preflight --check")
+    out = proc.stdout + proc.stderr
+    assert recap(out) == {"hgx-h100-01": 0, "mi300x-01": 0, "bare-01": 1}, out[-4000:]
+    document = host_document(*report_of(project, out), "hgx-h100-01")
+    (nvidia,) = [g for g in document["accelerators"] if g["manufacturer"] == "nvidia"]
+    emitted = [r for r in nvidia["checks"] if r.get("command")]
+    assert emitted and all("dry-run: nothing was started or written" in r["detail"] for r in emitted), emitted
+
+
+def test_an_ad_hoc_module_from_the_project_directory(fleet: dict[str, Any]) -> None:
+    proc = later(
+        fleet,
+        "ansible -i inventory.yml accelerators -m gpustack.accelerators.accelerator_facts -a manufacturers=nvidia,amd",
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    for host, manufacturer in (("hgx-h100-01", "nvidia"), ("mi300x-01", "amd")):
+        match = re.search(rf"^{host} \| SUCCESS => (\{{.*?^\}})$", proc.stdout, re.MULTILINE | re.DOTALL)
+        assert match is not None, out[-4000:]
+        facts = json.loads(match[1])["ansible_facts"]["gpustack_accelerators"]
+        assert facts["manufacturers"][manufacturer]["state"] == "detected", facts["manufacturers"]
+        assert sorted(facts["manufacturers"]) == ["amd", "nvidia"]
+
+
+def test_ansible_doc_from_the_project_directory(fleet: dict[str, Any]) -> None:
+    module = later(fleet, "ansible-doc gpustack.accelerators.preflight")
+    assert module.returncode == 0, module.stderr
+    assert "> MODULE gpustack.accelerators.preflight (" in module.stdout, module.stdout[:2000]
+    assert "Runs `gpustack-operator device-manager preflight' on the target" in " ".join(module.stdout.split())
+    role = later(fleet, "ansible-doc -t role gpustack.accelerators.preflight")
+    assert role.returncode == 0, role.stderr
+    text = " ".join(role.stdout.split())
+    for write in (
+        "/var/lib/gpustack/operator/lib/<manufacturer>",
+        "/var/lib/gpustack/operator/preflight/lock",
+        "/var/lib/gpustack/operator/preflight/render-*",
+        "a driver mode asked on",
+        "--check",
+        "preflight_dry_run",
+    ):
+        assert write in text, (write, text[:3000])
 
 
 # -- the tarball itself ---------------------------------------------------------------------------
