@@ -869,6 +869,12 @@ _GROUP = st.fixed_dictionaries(
 )
 
 
+def load_yaml(text: str) -> Any:
+    """The report read back by libyaml (the property tests' examples stay within their deadline: the
+    pure-Python loader spends ~100 ms on one)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 class _Tags(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -904,7 +910,7 @@ def test_any_rows_a_host_sends_are_reported_never_a_traceback(groups: list[dict[
                 assert not cap["accelerators"]["unavailable"] and not cap["accelerators"].get("malformed")
     # every output is written: the YAML reads back, the page carries no markup from the host, the
     # JUnit parses and names each malformed row
-    yaml.safe_load(fleet.to_yaml(report))
+    load_yaml(fleet.to_yaml(report))
     tags = _Tags()
     tags.feed(fleet.to_html(report))
     assert not {"script", "x-inj"} & tags.tags and "onclick" not in tags.attrs
@@ -1056,8 +1062,8 @@ def test_the_yaml_keeps_whole_documents_only_for_hosts_that_are_not_ok(tmp_path:
     paths = fleet.write(report, str(tmp_path))
     assert set(paths) == {"yaml", "documents", "html", "junit"}
     assert Path(paths["documents"]).name == "preflight-20261129T100000Z.documents.yaml"
-    doc = yaml.safe_load(Path(paths["yaml"]).read_text(encoding="utf-8"))
-    side = yaml.safe_load(Path(paths["documents"]).read_text(encoding="utf-8"))
+    doc = load_yaml(Path(paths["yaml"]).read_text(encoding="utf-8"))
+    side = load_yaml(Path(paths["documents"]).read_text(encoding="utf-8"))
     assert doc["documents"] == "preflight-20261129T100000Z.documents.yaml"  # beside it, by name
     # an ok host: its summary here, its whole document there
     assert "report" not in doc["hosts"]["node-10"] and doc["hosts"]["node-10"]["inventory"]
@@ -1078,7 +1084,7 @@ def simulated_fleet(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str,
     from gpustack_operator import api
 
     work = tmp_path_factory.mktemp("simulated-fleet")
-    inventory = yaml.safe_load((REPO / "examples" / "simulated-fleet" / "inventory.yml").read_text())
+    inventory = load_yaml((REPO / "examples" / "simulated-fleet" / "inventory.yml").read_text())
     out = []
     for children in inventory["all"]["children"].values():
         for name, spec in children["hosts"].items():
@@ -1196,8 +1202,8 @@ def test_any_links_and_topology_a_host_sends_are_reported_never_a_traceback(
     note = document.get("topology", {}).get("note")
     if note:
         assert f' title="{html.escape(fleet.cut(note, fleet.TEXT_SHOWN))}"' in row
-    doc = yaml.safe_load(fleet.to_yaml(report))
-    side = yaml.safe_load(fleet.to_documents_yaml(report))
+    doc = load_yaml(fleet.to_yaml(report))
+    side = load_yaml(fleet.to_documents_yaml(report))
     assert ("report" in doc["hosts"]["h<1>"]) == (entry["status"] != "ok")
     assert (doc["hosts"]["h<1>"].get("report") or side["hosts"]["h<1>"]) == document
     assert doc["hosts"]["h<1>"].get("degraded", []) == entry["degraded"]
