@@ -234,6 +234,35 @@ def test_fleet_playbook_never_mode_exits_zero(ansible_env: dict[str, str], tmp_p
     assert "fleet preflight: 4 hosts, 3 ok, 1 unavailable, 0 unreachable" in proc.stdout
 
 
+def test_a_degraded_host_fails_only_when_preflight_fail_on_says_so(ansible_env: dict[str, str], tmp_path: Path) -> None:
+    """hgx-h100-01 has an RDMA link down: marked degraded, the run passes; with preflight_fail_on=degraded
+    it is the one host that fails, with the fleet's one error block."""
+    limit = ("--limit", "hgx-h100-01,cpu-vm-01")
+    plain = playbook(ansible_env, "-i", str(FLEET), *limit, "-e", f"preflight_report_dir={tmp_path / 'a'}")
+    out = plain.stdout + plain.stderr
+    assert plain.returncode == 0, out[-3000:]
+    assert "fleet preflight: 2 hosts, 2 ok, 0 unavailable, 0 unreachable; 1 degraded (RDMA links down)" in out
+    assert out.count("hgx-h100-01: degraded — RDMA link down — ib3 failed: ") == 1 and "fatal:" not in out
+    strict = playbook(
+        ansible_env,
+        "-i",
+        str(FLEET),
+        *limit,
+        "-e",
+        f"preflight_report_dir={tmp_path / 'b'}",
+        "-e",
+        "preflight_fail_on=degraded",
+    )
+    out = strict.stdout + strict.stderr
+    assert strict.returncode != 0, out[-3000:]
+    recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.MULTILINE))
+    assert recap == {"hgx-h100-01": "1", "cpu-vm-01": "0"}, out[-3000:]
+    assert re.search(r"^fatal: \[hgx-h100-01\]: FAILED! => .*fleet summary above", out, re.MULTILINE), out[-3000:]
+    (junit,) = (tmp_path / "b").glob("preflight-*.junit.xml")
+    failure = ET.parse(junit).getroot().find("testcase[@name='hgx-h100-01']/failure")
+    assert failure is not None and failure.get("type") == "degraded"
+
+
 def test_role_passes_runtime_and_probe_image(ansible_env: dict[str, str], tmp_path: Path) -> None:
     """preflight_runtime / preflight_probe_image reach the module: a good pair is accepted, a malformed
     image fails that host's task naming the problem -- listed as failed, never dropped."""
