@@ -138,12 +138,16 @@ summary:
   type: dict
   sample: {hosts: 6, ok: 4, unavailable: 1, unreachable: 0, failed: 0, mismatch: 1, degraded: 1}
 summary_line:
-  description: The summary in one line (failed, mismatched and degraded only when there are some; every count noun agrees with its count).
+  description:
+    - The summary in one line (failed, mismatched and degraded only when there are some).
+    - Every count noun agrees with its count (C(1 host), never C(1 hosts)).
   returned: success
   type: str
   sample: "fleet preflight: 6 hosts, 4 ok, 1 unavailable, 0 unreachable, 1 mismatched; 1 degraded (RDMA links down)"
 console:
-  description: "One line per host that is not ok, worst first - C(<host>: <status> - <reason>) -, then one per ok host whose RDMA links are down (C(<host>: degraded - RDMA link down - <links>))."
+  description:
+    - "One line per host that is not ok, worst first - C(<host>: <status> - <reason>)."
+    - "Then one per ok host whose RDMA links are down - C(<host>: degraded - RDMA link down - <links>)."
   returned: success
   type: list
   elements: str
