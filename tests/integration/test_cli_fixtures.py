@@ -134,20 +134,30 @@ def test_escaping_symlinks_stay_inside_the_root() -> None:
 
 
 def test_preflight_with_bad_root_still_writes_the_document(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A root that exists but holds no node (no /sys, no /etc) is answered: the document is written,
+    unavailable, naming what could not be read (a typed root that does not exist is a usage error:
+    test_a_typed_root_that_does_not_exist_is_a_usage_error)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
     proc = run_cli(
-        "dm",
-        "preflight",
-        "--detect-root",
-        str(tmp_path / "nope"),
-        "--host-root",
-        str(tmp_path / "nope"),
-        "--manufacturer",
-        "nvidia",
+        "dm", "preflight", "--detect-root", str(empty), "--host-root", str(empty), "--manufacturer", "nvidia"
     )
     assert proc.returncode == 1
     doc = yaml.safe_load(proc.stdout)
-    assert doc["accelerators"][0]["detection"]["state"] == "unavailable"
-    assert "--host-root" in doc["accelerators"][0]["detection"]["reason"]
+    detection = doc["accelerators"][0]["detection"]
+    assert detection["state"] == "unavailable"
+    assert "/sys/bus/pci/devices" in detection["reason"]
+    assert "carries no /etc" in detection["host"]["reason"]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--detect-root", "--host-root"])
+def test_a_typed_root_that_does_not_exist_is_a_usage_error(tmp_path, flag: str) -> None:  # type: ignore[no-untyped-def]
+    other = "--host-root" if flag == "--detect-root" else "--detect-root"
+    proc = run_cli("dm", "preflight", flag, str(tmp_path / "nope"), other, str(host("h100-sxm-8x")))
+    assert proc.returncode == 2
+    assert flag in proc.stderr and proc.stdout == ""
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(
