@@ -750,7 +750,7 @@ def preflight_summary(report: Report, *, dry_run: bool) -> list[str]:
     said: dict[tuple[str, str | None], list[str]] = {}  # (the words, the first reason) -> manufacturers
     nothing: list[str] = []
     for group in report.accelerators:
-        name = _cut(_printable(group.manufacturer), SUMMARY_NAME_MAX)
+        name = _short(group.manufacturer, SUMMARY_NAME_MAX)
         summary = _group_words(group)
         if summary is None:
             nothing.append(name)
@@ -785,7 +785,7 @@ def _group_words(group: Group) -> tuple[str, str | None] | None:
         return None
     found = f"{det.accelerators} accelerator{'' if det.accelerators == 1 else 's'}"
     if det.detail:
-        found += f" ({_cut(_printable(det.detail), SUMMARY_NAME_MAX)})"
+        found += f" ({_short(det.detail, SUMMARY_NAME_MAX)})"
     if unavailable:
         n = len(unavailable)
         answers = "1 unavailable answer:" if n == 1 else f"{n} unavailable answers, the first:"
@@ -804,7 +804,7 @@ def _exit_line(failures: int) -> str:
 def _wrapped(text: str, max_lines: int, indent: str = "  ") -> list[str]:
     """``text`` made printable and wrapped at :data:`SUMMARY_WIDTH`, continued two columns further in,
     in at most ``max_lines`` lines; what does not fit ends in `` ...`` (the document holds it whole)."""
-    shown = _printable(text)[: SUMMARY_WIDTH * max_lines]  # more than fits: the cut still shows
+    shown = _short(text, SUMMARY_WIDTH * max_lines)  # more than fits: textwrap's placeholder marks the cut
     return textwrap.wrap(
         shown,
         width=SUMMARY_WIDTH,
@@ -822,8 +822,12 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(text: str, limit: int) -> str:
+    """:func:`_printable` of ``text``, at most ``limit`` long and ending in ``...`` where it was cut;
+    only the head that can be shown is looked at (a 64 KiB reason costs no more than a short one)."""
+    head = text[: 2 * limit]  # collapsed whitespace can shorten it, escapes only lengthen it
+    shown = _printable(head) + (" ..." if len(head) < len(text) else "")
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _progress() -> Callable[[str], None]:
