@@ -13,11 +13,12 @@ from gpustack_operator.node.cpu import (
     parse_cpuinfo,
     read_cpu_identity,
 )
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import HOSTS
 from tests.unit.hostile import hostile_numbers, hostile_text, hostile_value, label_value_problem, real_or_mutated
+from tests.unit.scratch import files_deadline, scratch
 
 pytestmark = pytest.mark.hostile
 
@@ -83,12 +84,13 @@ def test_cut_at_every_offset(path) -> None:  # type: ignore[no-untyped-def]
         _check(_identity_or_error(text[:cut]))
 
 
+@settings(deadline=files_deadline(2))  # /proc/cpuinfo and midr_el1
 @given(
     cpuinfo=st.one_of(real_or_mutated(CPUINFO[:3]), hostile_text()).map(lambda t: t.encode("utf-8", "surrogatepass")),
     midr=st.none() | st.binary(max_size=64) | hostile_numbers().map(str.encode),
 )
-def test_read_from_a_host(tmp_path_factory: pytest.TempPathFactory, cpuinfo: bytes, midr: bytes | None) -> None:
-    root = tmp_path_factory.getbasetemp() / "hostile-cpu"
+def test_read_from_a_host(cpuinfo: bytes, midr: bytes | None) -> None:
+    root = scratch("hostile-cpu")
     regs = root / "sys/devices/system/cpu/cpu0/regs/identification"
     regs.mkdir(parents=True, exist_ok=True)
     (root / "proc").mkdir(exist_ok=True)

@@ -27,13 +27,14 @@ from gpustack_operator.preflight.kubelet import (
     parse_kubelet_config,
     read_kubelet,
 )
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import BIN, copy_host
 from tests.tools import kubelet_nodes as kn
 from tests.unit.hostile import hostile_numbers, hostile_text
 from tests.unit.nonregular import plant, within
+from tests.unit.scratch import files_deadline, scratch
 
 MESSAGE_MAX = 2_000  # what a reason may cost the document, whatever the file held
 
@@ -248,6 +249,7 @@ FILE = st.one_of(st.none(), TEXTS)
 
 
 @pytest.mark.hostile
+@settings(deadline=files_deadline(7))  # seven files written and read (each may be libyaml's slowest shape)
 @given(
     config=FILE, dropin=FILE, nested=FILE, standard=FILE, k3s=FILE, kubeadm_tree=FILE, env=FILE, running=st.booleans()
 )
@@ -272,7 +274,6 @@ FILE = st.one_of(st.none(), TEXTS)
     running=False,
 )
 def test_read_kubelet_never_raises_whatever_its_files_hold(
-    tmp_path_factory: pytest.TempPathFactory,
     config: str | None,
     dropin: str | None,
     nested: str | None,
@@ -292,7 +293,7 @@ def test_read_kubelet_never_raises_whatever_its_files_hold(
         "var/lib/kubelet/kubeadm-flags.env": env,
     }
     root = _node(
-        tmp_path_factory.getbasetemp() / "hostile-kubelet",
+        scratch("hostile-kubelet"),
         {k: v for k, v in files.items() if v is not None or k.endswith("dir.conf")},
         running=running,
     )
@@ -380,6 +381,7 @@ _ARG_PATHS = st.one_of(
 
 
 @pytest.mark.hostile
+@settings(deadline=files_deadline(4))  # the proc files, a drop-in, the cwd link
 @given(
     config=_ARG_PATHS,
     config_dir=_ARG_PATHS,
@@ -390,7 +392,6 @@ _ARG_PATHS = st.one_of(
 @example(config="\x00", config_dir="\ud800", extra=[], cwd=None, dropin=None)
 @example(config="/proc/1/cmdline", config_dir="/", extra=["--config"], cwd="\x00", dropin=billion_laughs())
 def test_a_running_kubelets_command_line_of_any_shape(
-    tmp_path_factory: pytest.TempPathFactory,
     config: str,
     config_dir: str,
     extra: list[str],
@@ -398,7 +399,7 @@ def test_a_running_kubelets_command_line_of_any_shape(
     dropin: str | None,
 ) -> None:
     root = _node(
-        tmp_path_factory.getbasetemp() / "hostile-kubelet-argv",
+        scratch("hostile-kubelet-argv"),
         {"etc/kubelet.d/10-a.conf": dropin} if dropin is not None else {},
         running=False,
     )

@@ -12,7 +12,7 @@ import pytest
 from gpustack_operator.allocator.cdi import CdiDecision, CdiResolver, Strategy, read_engine
 from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers.respond import Channel, RefusedError
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.allocator_cdi.specs import (
@@ -27,6 +27,7 @@ from tests.unit.allocator_cdi.specs import (
 )
 from tests.unit.hostile import deep_nesting, hostile_text, mutated
 from tests.unit.nonregular import plant, within
+from tests.unit.scratch import files_deadline, scratch
 
 pytestmark = pytest.mark.hostile
 
@@ -57,11 +58,11 @@ def _tree(base: Path, files: dict[str, str | None]) -> Path:
     return root
 
 
+@settings(deadline=files_deadline(5 * 3))  # five files, each read by up to three decisions
 @given(config=CONFIG, dropin=st.none() | CONFIG, etc=st.none() | SPEC, run=st.none() | SPEC, json=st.none() | SPEC)
 @example(config="[" * 10_000, dropin=None, etc="[" * 10_000, run="- " * 10_000, json="[" * 10_000)
 @example(config=CONTAINERD_V3, dropin=None, etc=nvidia_yaml(GPU_A, GPU_B), run=None, json=None)
 def test_garbage_never_raises(
-    tmp_path_factory: pytest.TempPathFactory,
     config: str,
     dropin: str | None,
     etc: str | None,
@@ -69,7 +70,7 @@ def test_garbage_never_raises(
     json: str | None,
 ) -> None:
     root = _tree(
-        tmp_path_factory.getbasetemp() / "hostile-cdi",
+        scratch("hostile-cdi"),
         {
             "/etc/containerd/config.toml": config,
             "/etc/containerd/conf.d/99-x.toml": dropin,
@@ -271,15 +272,14 @@ def _toml(draw: st.DrawFn) -> str:
 ENGINE_TOML = st.one_of(_toml(), CONFIG)
 
 
+@settings(deadline=files_deadline(2 * 2))  # two files, each read by the reader and by a decision
 @given(main=ENGINE_TOML, imported=ENGINE_TOML, imports=st.booleans())
 @example(main=ENGINE_CONFIGS["deep-keys-both"][0], imported=ENGINE_CONFIGS["deep-keys-both"][1], imports=True)
 @example(main=ENGINE_CONFIGS["huge-binary"][0], imported="", imports=False)
-def test_engine_reader_never_raises(
-    tmp_path_factory: pytest.TempPathFactory, main: str, imported: str, imports: bool
-) -> None:
+def test_engine_reader_never_raises(main: str, imported: str, imports: bool) -> None:
     head = 'imports = ["x.toml"]\n' if imports else ""
     root = _tree(
-        tmp_path_factory.getbasetemp() / "hostile-engine",
+        scratch("hostile-engine"),
         {"/etc/containerd/config.toml": head + main, "/etc/containerd/x.toml": imported},
     )
     facts = read_engine(HostRoot(root), "/etc/containerd")
@@ -348,11 +348,12 @@ _SPEC_PIECES = st.sampled_from(
 )
 
 
+@settings(deadline=files_deadline(2))  # the engine configuration and the spec
 @given(spec=st.lists(_SPEC_PIECES, max_size=40).map("".join) | st.integers(1, 10).map(lambda n: _BOMB[: 30 * n]))
 @example(spec="cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: !!timestamp x\n")
-def test_spec_yaml_of_any_tag_is_decided(tmp_path_factory: pytest.TempPathFactory, spec: str) -> None:
+def test_spec_yaml_of_any_tag_is_decided(spec: str) -> None:
     root = _tree(
-        tmp_path_factory.getbasetemp() / "hostile-spec-tags",
+        scratch("hostile-spec-tags"),
         {"/etc/containerd/config.toml": CONTAINERD_V3, "/etc/cdi/nvidia.yaml": spec},
     )
     decision = CdiResolver(Strategy.AUTO, KIND, "nvidia", HostRoot(root)).decide([GPU_A], None)
