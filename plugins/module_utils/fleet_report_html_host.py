@@ -33,7 +33,7 @@ from ansible_collections.gpustack.accelerators.plugins.module_utils.fleet_report
     plural,
 )
 
-TEXT_SHOWN = 400  # characters of one host text (a reason, a note, a command) on the page
+TEXT_SHOWN = 800  # characters of one host text (a reason, a note, a command) on the page
 ROW_LINES_SHOWN = 8  # capability lines behind a host's reason, failing first (the YAML has them all)
 ITEMS_SHOWN = 12  # answers behind a host's reason, models and versions in its cells (the YAML has them all)
 SHORT_ID = 13  # characters of an accelerator id on the page (the YAML has each in full)

@@ -39,7 +39,7 @@ description:
     grouped across hosts, their hosts first; the fleet by model; the capability table (manufacturer x
     capability - hosts ok, unavailable, not-declared, not answered, with the modes and deepest depth -
     one click away); filters by status, degraded, manufacturer, cause, model and capability answer
-    (radio buttons and CSS, combinable). Each host text on the page is cut at 400 characters (the YAML
+    (radio buttons and CSS, combinable). Each host text on the page is cut at 800 characters (the YAML
     has every word), so 1,000 hosts stay under 2 MB.
   - A host whose RDMA links are down (a link verdict other than ok or unverified) keeps its status - a
     down link stops no allocation - and is marked C(degraded) (its own colour and filter on the page, a
