@@ -710,7 +710,7 @@ def test_the_page_has_the_capability_table_and_each_hosts_rows(rows_fleet: dict[
     assert 'mig-partitioning <i>partitioned</i> <span class="muted">not-declared</span>' in caps
     assert caps.index("co-tenancy") < caps.index("sliced-runtime-loaded")  # what fails first
     # an ok host: a count of its capabilities (its rows are in the YAML's side file, the fleet's in the
-    # capability table), so the page stays ~1.4 KB a host; a host without rows says so
+    # capability table), so the page stays ~1.5 KB a host; a host without rows says so
     ok_row = hosts["cot-ok-01"].split('<td class="why">', 1)[1]
     assert ok_row == '<span class="muted">capabilities 2/3 ok</span></td></tr>'
     old = hosts["old-h100"].split('<td class="why">', 1)[1]
