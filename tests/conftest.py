@@ -105,7 +105,11 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
         ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
         ANSIBLE_NOCOLOR="1",
         PATH=f"{BIN}:{env.get('PATH', '')}",
+        # a home of the test's own: the install role records its venv under ~/.local/state, and a
+        # record left in the real home would let a later test's module respawn into another test's venv
+        HOME=str(tmp_path / "home"),
     )
+    (tmp_path / "home").mkdir(exist_ok=True)
     return env
 
 
