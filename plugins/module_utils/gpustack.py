@@ -89,7 +89,7 @@ def printable(text: str, limit: int = NOTE_MAX_CHARS) -> str:
     """``text`` on one line with anything unprintable escaped (``\\x1b``, ``\\u2028``), cut at ``limit``
     characters: host text in a task's message never breaks a line or drives a terminal."""
     out: list[str] = []
-    for char in text:
+    for char in text[: limit + 1]:  # a 64 KiB hostile line is never walked past what is shown
         code = ord(char)
         if char == " " or (char.isprintable() and not 0xD800 <= code <= 0xDFFF):
             out.append(char)
@@ -100,7 +100,7 @@ def printable(text: str, limit: int = NOTE_MAX_CHARS) -> str:
         else:
             out.append("\\U%08x" % code)
     said = "".join(out)
-    return said if len(said) <= limit else said[: limit - 1] + "…"
+    return said if len(said) <= limit and len(text) <= limit else said[: limit - 1] + "…"
 
 
 def _json_kind(value: object) -> str:
@@ -125,9 +125,9 @@ def _check_path(key: str, value: object, absolute: bool) -> str:
     if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
         raise RecordError('its "%s" holds a lone surrogate, so it names no file' % key)
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise RecordError('its "%s" holds a control character: %s' % (key, printable(value, 120)))
+        raise RecordError("its \"%s\" holds a control character: '%s'" % (key, printable(value, 120)))
     if absolute and not value.startswith("/"):
-        raise RecordError('its "%s" is not an absolute path: %s' % (key, printable(value, 120) or "''"))
+        raise RecordError("its \"%s\" is not an absolute path: '%s'" % (key, printable(value, 120)))
     return value
 
 
