@@ -106,6 +106,7 @@ def test_module_check_mode_writes_nothing_anywhere(ansible_env: dict[str, str], 
         "TMPDIR": str(sandbox / "tmp/inner"),
         "ANSIBLE_LOCAL_TEMP": str(sandbox.parent / f"{sandbox.name}-ansible"),  # outside the snapshot
         "ANSIBLE_REMOTE_TEMP": str(sandbox.parent / f"{sandbox.name}-ansible"),
+        "HOME": str(sandbox.parent / f"{sandbox.name}-home"),  # ansible's own ~/.ansible, outside it too
     }
     inv = sandbox.parent / f"{sandbox.name}-inventory.json"
     inv.write_text(
