@@ -313,7 +313,7 @@ def find_interpreter(
     at and not used -- including the records of other node roots, which are never candidates."""
     where = os.path.expanduser(RECORD_DIR if record_dir is None else record_dir)
     records, tried = read_records(where)
-    plain = [r for _, r in records]
+    plain = [record for _name, record in records]
     wanted = normalize_root(host_root)
     mine = [r for r in plain if r.host_root is None or r.host_root == wanted]
     if not records:

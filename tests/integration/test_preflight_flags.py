@@ -164,11 +164,15 @@ def test_topology_that_could_not_be_read_leaves_the_exit_code_alone(kubeadm: Pat
 
 
 def test_unusable_root_still_writes_the_document_with_topology(tmp_path: Path) -> None:
-    rc, doc, err = preflight(tmp_path / "nope", "--runtime", "ctr")
+    """A directory that is no node's root (no /etc) is a host root not entered: the run carries on as a
+    dry run and says so. (A typed path naming nothing is a usage error instead: test_cli_summary.)"""
+    (tmp_path / "empty").mkdir()
+    rc, doc, err = preflight(tmp_path / "empty", "--runtime", "ctr")
     assert rc == 1, err
     topology = doc["topology"]
     assert isinstance(topology, dict)
-    assert topology["note"].startswith("not read: the host root was never looked in (no host root to enter: host root")
+    assert topology["note"].startswith("not read: the host root was never looked in (no host root to enter: ")
+    assert "so it is not a node's root" in topology["note"]
 
 
 def test_help_names_the_flags() -> None:

@@ -64,7 +64,8 @@ def test_runc_container_sees_the_bus_but_no_nvml_while_the_host_sees_eight(tmp_p
     assert "libnvidia-ml.so.1 was not found" in det["reason"]  # what this container's library search said
     assert any("--runtime nvidia" in m for m in det["host"]["missingMounts"])
     assert det["host"]["accelerators"] == 8
-    assert "nvidia: detection:" in err
+    # the stderr summary names the manufacturer, its state and the unavailable answer
+    assert "  nvidia: unavailable; 0 accelerators; 1 unavailable answer:\n    detection: " in err
 
 
 def test_the_same_pair_with_the_library_given_is_ok(tmp_path: Path) -> None:

@@ -90,12 +90,21 @@ def sha256(path: Path) -> str:
 
 
 def latest_report(directory: Path) -> tuple[dict[str, Any], str, str]:
-    """The newest fleet report under ``directory``: (YAML document, HTML text, JUnit text)."""
-    reports = sorted(directory.glob("preflight-*.yaml"))
+    """The newest fleet report under ``directory``: (YAML document, HTML text, JUnit text). The YAML
+    keeps the whole document only for a host that is not ok; every other host's is in the side file the
+    YAML names (``documents``), and is put back here under the host's ``report`` after checking that the
+    host's entry points at it."""
+    reports = sorted(directory.glob("preflight-*Z.yaml"))
     assert reports, f"no fleet report under {directory}"
     latest = reports[-1]
     base = latest.with_suffix("")
     doc: dict[str, Any] = yaml.safe_load(latest.read_text(encoding="utf-8"))
+    side: dict[str, Any] = yaml.safe_load((directory / doc["documents"]).read_text(encoding="utf-8"))
+    assert side["report"] == latest.name, side["report"]
+    for name, entry in doc["hosts"].items():
+        if name in side["hosts"]:
+            assert "report" not in entry and entry["document"] == "in " + doc["documents"], entry
+            entry["report"] = side["hosts"][name]
     html = base.with_suffix(".html").read_text(encoding="utf-8")
     junit = base.with_suffix(".junit.xml").read_text(encoding="utf-8")
     return doc, html, junit
