@@ -312,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
         "operator image carries it)",
     )
     _add_serve(sub)
+    top.add_parser(
+        "crds",
+        help="print the CustomResourceDefinitions this operator writes (YAML)",
+        description="Print the Devices CustomResourceDefinition (worker.gpustack.ai), generated from the models the "
+        "Device Manager writes; the same YAML is checked in at operator/crds/. Apply it with kubectl apply -f -.",
+    )
     return parser
 
 
@@ -524,6 +530,8 @@ def _mode(req: api.Request, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_normalise_verbosity(list(sys.argv[1:] if argv is None else argv)))
+    if args.command == "crds":
+        return _crds()
     configure_logging(args)
     try:
         manufacturers = [args.manufacturer] if args.action == "mode" else args.manufacturer
@@ -548,6 +556,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _crds() -> int:
+    """``gpustack-operator crds``: the CustomResourceDefinitions as YAML (no node, no API server)."""
+    from gpustack_operator.kube.crds import render  # noqa: PLC0415 -- the models, not the client
+
+    try:
+        _write(render())
+    except OutputError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _detect_root(args: argparse.Namespace) -> str | None:
