@@ -35,8 +35,11 @@ What follows the real API server, so a test proves something:
   (..)``, ``k notin (..)``.
 * ``watch=true`` streams ``ADDED`` / ``MODIFIED`` / ``DELETED`` events (newline-delimited JSON, chunked)
   after ``resourceVersion`` (all current pods as ``ADDED`` when it is absent or ``"0"``), filtered by
-  the same selectors, until ``timeoutSeconds``; a ``resourceVersion`` older than the kept history is
-  410 ``Expired``.
+  the same selectors, until ``timeoutSeconds``; a ``resourceVersion`` older than the kept history (or,
+  once, one :meth:`~APIServerStandIn.expire` compacted) is 410 ``Expired`` -- as the real server does, an
+  HTTP 200 whose one event is ``ERROR`` carrying the 410 ``Status`` (``expired_as_event=False``: a
+  plain HTTP 410). :meth:`~APIServerStandIn.drop_watches` cuts every open watch connection mid-stream
+  (no terminating chunk: a dropped connection, not a server timeout).
 
 Not modelled: authentication, admission, defaulting and validation beyond the above (a Pod is
 stored as given), graceful deletion unless asked for (:meth:`APIServerStandIn.delete` with
@@ -50,10 +53,12 @@ requests answer an error (an API server that is down or overloaded).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -409,6 +414,10 @@ class Request:
     at: float = field(default_factory=time.time)
 
 
+class _DroppedError(Exception):
+    """drop_watches(): the handler cuts the connection."""
+
+
 @dataclass
 class _Event:
     rv: int
@@ -431,6 +440,10 @@ class APIServerStandIn:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._compacted = 0  # the next watch from this resourceVersion or older is 410 Expired (expire())
+        self._expire_next = False
+        self._drops = 0  # drop_watches() generation
+        self.expired_as_event = True
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -599,6 +612,21 @@ class APIServerStandIn:
         with self._lock:
             self._faults.append((when or (lambda r: True), count, f"{status} {reason}"))
 
+    def expire(self) -> None:
+        """Compact the history and cut the open watches: the next watch resuming from any version up
+        to now is 410 Expired (once: a list then gives a version to watch from)."""
+        with self._cond:
+            self._compacted = self._rv
+            self._expire_next = True
+            self._drops += 1
+            self._cond.notify_all()
+
+    def drop_watches(self) -> None:
+        """Cut every open watch connection (the client sees its stream end without the last chunk)."""
+        with self._cond:
+            self._drops += 1
+            self._cond.notify_all()
+
     def heal(self) -> None:
         with self._lock:
             self._faults.clear()
@@ -712,10 +740,17 @@ class APIServerStandIn:
                 except ValueError:
                     raise bad_request(f"invalid resource version: {rv_text!r}") from None
                 oldest = self._events[0].rv if self._events else self._rv
-                if since < oldest - 1 and len(self._events) >= HISTORY:
-                    raise ApiError(410, "Expired", f"too old resource version: {since} ({oldest})")
+                compacted = self._expire_next and since <= self._compacted
+                if compacted or (since < oldest - 1 and len(self._events) >= HISTORY):
+                    self._expire_next = False
+                    expired = ApiError(
+                        410, "Expired", f"too old resource version: {since} ({max(oldest, self._compacted)})"
+                    )
+                    if not self.expired_as_event:
+                        raise expired
+                    return iter([{"type": "ERROR", "object": expired.status()}])
                 initial = []
-        return self._events_after(match, since, initial, deadline)
+        return self._events_after(match, since, initial, deadline, self._drops)
 
     def _events_after(
         self,
@@ -723,11 +758,14 @@ class APIServerStandIn:
         since: int,
         initial: list[dict[str, Any]],
         deadline: float,
+        drops: int = 0,
     ) -> Iterator[dict[str, Any]]:
         for pod in initial:
             yield {"type": "ADDED", "object": pod}
         while not self._closing.is_set():
             with self._cond:
+                if self._drops != drops:
+                    raise _DroppedError
                 pending = [e for e in self._events if e.rv > since]
                 if not pending:
                     left = deadline - time.monotonic()
@@ -936,6 +974,10 @@ def _handler(api: APIServerStandIn) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
+            except _DroppedError:
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
 
         def _chunk(self, event: dict[str, Any]) -> None:
             data = json.dumps(event).encode() + b"\n"

@@ -398,19 +398,46 @@ class Allocator:
         if not requests:
             return []
         self._single(family, resource, requests)
+        try:
+            return self._allocate_locked(family, resource, requests, refreshable=self._refreshable())
+        except _NotInViewError as miss:
+            # the kubelet can be a few milliseconds ahead of a watch-backed view: list once, try again
+            if not self._refresh_view():
+                raise miss.refusal from None
+        return self._allocate_locked(family, resource, requests, refreshable=False)
+
+    def _refreshable(self) -> bool:
+        return callable(getattr(self._pods, "refresh", None))
+
+    def _refresh_view(self) -> bool:
+        refresh = getattr(self._pods, "refresh", None)
+        try:
+            return bool(refresh()) if callable(refresh) else False
+        except Exception as exc:  # a failed refresh is the same "cannot tell": the first refusal stands
+            log.warning("%s: the pod view could not be refreshed: %s", self.manufacturer.name, exc)
+            return False
+
+    def _allocate_locked(
+        self, family: Family, resource: str, requests: list[list[str]], *, refreshable: bool
+    ) -> list[Injection]:
         with self._lock:
             pods = self._node_pods()
             self._sync(pods)
             ctx = self._call_context(pods)
-            targets = ident.identify(
-                resource,
-                [list(ids) for ids in requests],
-                pods=pods,
-                kubelet=self._kubelet_pods(),
-                reserved=self._reserved(family),
-                feasible=lambda c, ids: self._feasible(family, c, ids),
-                node=self._node,
-            )
+            try:
+                targets = ident.identify(
+                    resource,
+                    [list(ids) for ids in requests],
+                    pods=pods,
+                    kubelet=self._kubelet_pods(),
+                    reserved=self._reserved(family),
+                    feasible=lambda c, ids: self._feasible(family, c, ids),
+                    node=self._node,
+                )
+            except RefusedError as exc:
+                if refreshable and exc.code is Code.NOT_FOUND:
+                    raise _NotInViewError(exc) from None
+                raise
             done: list[tuple[ClaimKey, Claim | None, PartitionInstance | None]] = []
             injections = []
             try:
@@ -1000,6 +1027,14 @@ class Allocator:
         with self._cond:
             self._version += 1
             self._cond.notify_all()
+
+
+class _NotInViewError(Exception):
+    """No container in the pod view fits the call (the view may lag): refresh it, then try again."""
+
+    def __init__(self, refusal: RefusedError) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 class AllocatedRecord(BaseModel):

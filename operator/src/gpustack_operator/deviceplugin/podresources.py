@@ -2,11 +2,13 @@
 
 ``kubelet_pods`` asks the kubelet's pod-resources v1 ``List`` (interfaces.md §5) which containers hold
 which devices -- the answer that outranks the allocator's own matching (spec "Container
-identification", supplement §1.8 rule 1). ``node_pods`` is the API server's list of the node's pods
-(``kube/pods.py``, the only module that talks to the API server).
+identification", supplement §1.8 rule 1). ``node_pods`` is the node's pods as the API server knows them:
+in ``serve`` the watch-backed view (``kube/podwatch.py``, answered from its cache), whose ``refresh`` --
+one list merged in -- is the allocator's miss path when a container the kubelet is admitting is not in
+the view yet. ``kube/`` is the only package that talks to the API server.
 
-Nothing is memoised: every ``Allocate`` needs the view as it is at that moment, and the kubelet adds
-a Pod to its list just before admitting it.
+The kubelet's list is never memoised: every ``Allocate`` needs it as it is at that moment, and the
+kubelet adds a Pod to its list just before admitting it.
 """
 
 from __future__ import annotations
@@ -51,8 +53,10 @@ class KubeletPodSource:
         node_pods: Callable[[], list[PodSpec]],
         socket: str = POD_RESOURCES_SOCKET,
         timeout: float = LIST_TIMEOUT,
+        refresh: Callable[[], bool] | None = None,
     ) -> None:
         self._node_pods = node_pods
+        self._refresh = refresh
         self.socket = socket
         self.timeout = timeout
 
@@ -83,6 +87,11 @@ class KubeletPodSource:
     def node_pods(self) -> list[PodSpec]:
         """The node's pods from the API server; raises ``PodsUnavailableError``."""
         return self._node_pods()
+
+    def refresh(self) -> bool:
+        """Bring the pod view up to date with the API server (one list); False when it could not (or
+        the view is read fresh on every call anyway)."""
+        return self._refresh() if self._refresh is not None else False
 
 
 __all__ = ["LIST_TIMEOUT", "POD_RESOURCES_SOCKET", "KubeletPodSource", "kubelet_pods_from"]

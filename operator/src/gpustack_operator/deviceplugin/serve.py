@@ -21,10 +21,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any, Protocol
 
 from gpustack_operator import api
 from gpustack_operator.allocator.core import NODE_LOCK, Allocator, CdiResolverLike, FamilyOptions
-from gpustack_operator.allocator.pods import PodSource
+from gpustack_operator.allocator.pods import PodSource, PodSpec
 from gpustack_operator.deviceplugin.podresources import POD_RESOURCES_SOCKET, KubeletPodSource
 from gpustack_operator.deviceplugin.server import KUBELET_SOCKET, PluginServer, PluginSet
 from gpustack_operator.discovery.detect import NodeDetection
@@ -41,7 +42,7 @@ IN_MEMORY_NOTE = (
     "device.gpustack.ai/accelerator.allocated annotation, restart recovery from it and the Devices status "
     "are not yet written, so a restarted Device Manager starts with an empty ledger."
 )
-RECONCILE_PERIOD = 30.0  # how often Pods gone from the node are reclaimed between allocations
+RECONCILE_PERIOD = 30.0  # the sweep behind the watch's events (working directories a restart orphaned)
 ONCE_REGISTERED_TIMEOUT = 60.0
 
 
@@ -82,15 +83,46 @@ def node_name(flag: str | None) -> str:
     return name
 
 
-def pod_source(opts: ServeOptions) -> PodSource:
-    """The kubelet's pod-resources socket plus the API server's list of this node's pods."""
-    from gpustack_operator.kube.pods import KubeConfigError, NodePods, make_api_client  # noqa: PLC0415
+class PodView(Protocol):
+    """What ``serve`` needs of the watch-backed view (:class:`gpustack_operator.kube.podwatch.PodWatch`)."""
+
+    def node_pods(self) -> list[PodSpec]: ...
+
+    def refresh(self) -> bool: ...
+
+    def subscribe(self, callback: Callable[[Any], None]) -> None: ...
+
+    def wait_synced(self, timeout: float) -> bool: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
+
+
+def pod_source(opts: ServeOptions) -> tuple[PodSource, PodView]:
+    """The kubelet's pod-resources socket plus the watch-backed view of this node's pods (started)."""
+    from gpustack_operator.kube.pods import KubeConfigError, make_api_client  # noqa: PLC0415
+    from gpustack_operator.kube.podwatch import PodWatch  # noqa: PLC0415
 
     try:
-        lister = NodePods(make_api_client(opts.kubeconfig, opts.kube_api_server), opts.node_name)
+        watch = PodWatch(make_api_client(opts.kubeconfig, opts.kube_api_server), opts.node_name)
     except KubeConfigError as exc:
         raise ServeUsageError(str(exc)) from None
-    return KubeletPodSource(lister.list, socket=opts.pod_resources_socket)
+    watch.start()
+    source = KubeletPodSource(watch.node_pods, socket=opts.pod_resources_socket, refresh=watch.refresh)
+    return source, watch
+
+
+def release_on_event(allocators: list[Allocator]) -> Callable[[Any], None]:
+    """The watch's callback for a Pod deleted or finished: every allocator syncs from the view at once
+    (its claims released, its version bumped, so ListAndWatch re-sends the card's tokens Healthy)."""
+
+    def release(note: Any) -> None:
+        for allocator in allocators:
+            try:
+                allocator.reconcile()
+            except Exception:
+                log.exception("%s: releasing what %s held failed", allocator.manufacturer.name, note)
+
+    return release
 
 
 def _cdi_kind(responder: Responder) -> str | None:
@@ -197,7 +229,14 @@ def serve(req: api.Request, opts: ServeOptions, *, stop: threading.Event | None 
             f"--host-write-root {opts.host_write_root} is not a directory: name where the host's paths this "
             "process writes are reachable (/ in the DaemonSet)"
         )
-    pods = pod_source(opts)
+    pods, view = pod_source(opts)
+    try:
+        return _serve(req, opts, pods, view, stop)
+    finally:
+        view.stop()
+
+
+def _serve(req: api.Request, opts: ServeOptions, pods: PodSource, view: PodView, stop: threading.Event | None) -> int:
     result = api.run_detect(req, interfaces=False)
     served = build(req, result, opts, pods)
     for name, why in sorted(served.skipped.items()):
@@ -214,6 +253,7 @@ def serve(req: api.Request, opts: ServeOptions, *, stop: threading.Event | None 
     restore = _handle_signals(stop)
     log.warning("%s", IN_MEMORY_NOTE)
     log.info("serving %s on node %s", ", ".join(s.resource for s in served.plugins.servers), opts.node_name)
+    view.subscribe(release_on_event(list(served.allocators.values())))
     reconciler = threading.Thread(
         target=_reconcile_loop, args=(list(served.allocators.values()), stop), name="reconcile", daemon=True
     )

@@ -155,6 +155,128 @@ def pod_spec(pod: Any) -> PodSpec:
     )
 
 
+# -- a Pod as JSON → PodSpec (the watch's events and lists, read without the client's models) --------
+
+
+class PodParseError(ValueError):
+    """A Pod object from the API server that cannot be read (names the field)."""
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise PodParseError(f"{where}.{key} is a {type(value).__name__}, not what a Pod carries there")
+    return value
+
+
+def _text(obj: Mapping[str, Any], key: str, where: str) -> str:
+    value = _field(obj, key, str, where)
+    return value or ""
+
+
+def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = _field(obj, key, dict, where)
+    return value or {}
+
+
+def _json_env(entries: Any, where: str) -> dict[str, str]:
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise PodParseError(f"{where}.env is not a list")
+    env: dict[str, str] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise PodParseError(f"{where}.env holds a {type(entry).__name__}, not an entry")
+        name = _text(entry, "name", f"{where}.env[]")
+        value = entry.get("value")
+        env[name] = "" if entry.get("valueFrom") is not None else (value if isinstance(value, str) else "")
+    return env
+
+
+def _quantity(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise PodParseError(f"{where} is a {type(value).__name__}, not a quantity")
+    return str(value)
+
+
+def _json_resources(container: Mapping[str, Any], where: str) -> dict[str, str]:
+    resources = _map(container, "resources", where)
+    merged: dict[str, str] = {}
+    for part in ("requests", "limits"):  # limits win
+        for key, value in _map(resources, part, f"{where}.resources").items():
+            merged[str(key)] = _quantity(value, f"{where}.resources.{part}.{key}")
+    return merged
+
+
+def _json_containers(spec: Mapping[str, Any], key: str, *, init: bool) -> tuple[ContainerSpec, ...]:
+    items = spec.get(key)
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise PodParseError(f"spec.{key} is not a list")
+    out = []
+    for n, item in enumerate(items):
+        where = f"spec.{key}[{n}]"
+        if not isinstance(item, dict):
+            raise PodParseError(f"{where} is not a container")
+        out.append(
+            ContainerSpec(
+                name=_text(item, "name", where),
+                env=_json_env(item.get("env"), where),
+                resources=_json_resources(item, where),
+                init=init,
+            )
+        )
+    return tuple(out)
+
+
+def _json_epoch(value: Any, where: str) -> float:
+    if value is None:
+        return 0.0
+    if not isinstance(value, str):
+        raise PodParseError(f"{where} is not a timestamp")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise PodParseError(f"{where} {value[:40]!r} is not an RFC 3339 timestamp") from None
+
+
+def pod_from_json(obj: Any) -> PodSpec:
+    """One Pod object as the API server sends it (a list item or a watch event's object), read into the
+    allocator's :class:`PodSpec` -- the same reading as :func:`pod_spec` gives a ``V1Pod``. Raises
+    :class:`PodParseError` naming the field, never anything else."""
+    if not isinstance(obj, dict):
+        raise PodParseError(f"the object is a {type(obj).__name__}, not a Pod")
+    meta = _map(obj, "metadata", "the Pod")
+    spec = _map(obj, "spec", "the Pod")
+    status = _map(obj, "status", "the Pod")
+    uid = _text(meta, "uid", "metadata")
+    if not uid:
+        raise PodParseError("metadata.uid is missing")
+    annotations = {str(k): v for k, v in _map(meta, "annotations", "metadata").items() if isinstance(v, str)}
+    return PodSpec(
+        uid=uid,
+        namespace=_text(meta, "namespace", "metadata"),
+        name=_text(meta, "name", "metadata"),
+        created=_json_epoch(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        phase=_text(status, "phase", "status") or "Pending",
+        node=_text(spec, "nodeName", "spec") or None,
+        runtime_class=_text(spec, "runtimeClassName", "spec") or None,
+        deleting=meta.get("deletionTimestamp") is not None,
+        annotations=annotations,
+        containers=_json_containers(spec, "initContainers", init=True)
+        + _json_containers(spec, "containers", init=False),
+    )
+
+
+def resource_version(obj: Any) -> str:
+    """``metadata.resourceVersion`` of an object (``""`` when it has none)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    value = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else ""
+
+
 POD_LIST_PATH = "/api/v1/pods"  # CoreV1Api.list_pod_for_all_namespaces
 
 
@@ -213,4 +335,13 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else ""
 
 
-__all__ = ["LIST_TIMEOUT", "KubeConfigError", "NodePods", "make_api_client", "pod_spec"]
+__all__ = [
+    "LIST_TIMEOUT",
+    "KubeConfigError",
+    "NodePods",
+    "PodParseError",
+    "make_api_client",
+    "pod_from_json",
+    "pod_spec",
+    "resource_version",
+]
