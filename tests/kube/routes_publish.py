@@ -152,6 +152,7 @@ class PublishStandIn(APIServerStandIn):
         """The schema's refusal (422) and pruning, for Devices when a schema is set."""
         if resource != "devices" or self.schema is None:
             return obj
+        kept: dict[str, Any]
         kept, removed = prune(self.schema, obj)
         if removed:
             self.pruned.append((str(obj["metadata"].get("name")), removed))
@@ -216,13 +217,17 @@ def _routes(api: PublishStandIn) -> type[BaseHTTPRequestHandler]:
     base = _handler(api)
 
     class Handler(base):  # type: ignore[valid-type,misc]
+        def _ok(self, code: int, doc: Any) -> None:
+            self._send(code, doc)
+
         def _route(
             self, method: str, path: str, query: dict[str, str], content_type: str, body: Any, req: Request
         ) -> None:
             path = path.rstrip("/") or "/"
             target = _target(path)
             if target is None:
-                return super()._route(method, path, query, content_type, body, req)  # type: ignore[no-any-return]
+                super()._route(method, path, query, content_type, body, req)
+                return None
             resource, namespace, name, status, subresource = target
             req.status = 200
             if name is None:
@@ -232,16 +237,16 @@ def _routes(api: PublishStandIn) -> type[BaseHTTPRequestHandler]:
                         for (r, ns, _), o in sorted(api.objects.items())
                         if r == resource and ns == namespace
                     ]
-                    return self._send(200, {"kind": "List", "apiVersion": "v1", "items": items})
+                    return self._ok(200, {"kind": "List", "apiVersion": "v1", "items": items})
                 if method == "POST" and resource != "nodes":
                     req.status = 201
-                    return self._send(201, api.create_object(resource, namespace, body, status_subresource=subresource))
+                    return self._ok(201, api.create_object(resource, namespace, body, status_subresource=subresource))
                 raise _not_allowed(method)
             if method == "GET":
                 found = api.obj(resource, name, namespace)
                 if found is None:
                     raise _missing(resource, name)
-                return self._send(200, found)
+                return self._ok(200, found)
             if method == "PUT" and resource != "nodes":
                 replacement = body
 
@@ -250,7 +255,7 @@ def _routes(api: PublishStandIn) -> type[BaseHTTPRequestHandler]:
                         raise bad_request(f"the body of an update is not a {resource} object")
                     return copy.deepcopy(replacement)
 
-                return self._send(
+                return self._ok(
                     200,
                     api.write_object(resource, namespace, name, replace, status=status, status_subresource=subresource),
                 )
@@ -260,7 +265,7 @@ def _routes(api: PublishStandIn) -> type[BaseHTTPRequestHandler]:
                     raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {content_type!r}")
                 if content_type != "application/json-patch+json" and not isinstance(body, dict):
                     raise bad_request("the patch is not a JSON object")
-                return self._send(
+                return self._ok(
                     200,
                     api.write_object(
                         resource,
@@ -276,7 +281,7 @@ def _routes(api: PublishStandIn) -> type[BaseHTTPRequestHandler]:
                 if found is None:
                     raise _missing(resource, name)
                 api.delete_object(resource, name, namespace)
-                return self._send(200, found)
+                return self._ok(200, found)
             raise _not_allowed(method)
 
     return Handler

@@ -207,7 +207,7 @@ def test_a_stale_resource_version_is_a_real_conflict(server: PublishStandIn, pub
     groups, interfaces = detected()
     publisher.publish(groups, interfaces, ledger_with(groups))
     original = server.write_object
-    raced = []
+    raced: list[int] = []
 
     def racing(resource: str, namespace: str, name: str, change: Any, **kw: Any) -> dict[str, Any]:
         if resource == "devices" and kw.get("status") and not raced:
