@@ -94,6 +94,8 @@ class NodeCapacityWriter:
         *,
         timeout: float = REQUEST_TIMEOUT,
     ) -> None:
+        if not node:
+            raise ValueError("the node name is empty: pass --node-name or set KUBERNETES_NODE_NAME")
         self.client = client
         self.node = node
         self.bases = sorted(set(bases))
