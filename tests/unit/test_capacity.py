@@ -17,8 +17,17 @@ from gpustack_operator.allocator.capacity import (
 from gpustack_operator.allocator.ledger import Claim, D, Ledger
 from gpustack_operator.allocator.resources import ResourceNames
 from gpustack_operator.discovery.detect import NodeDetection
-from gpustack_operator.ledger.models import DevicesGroup
+from gpustack_operator.ledger.models import (
+    Accelerator,
+    AcceleratorLogicalSliced,
+    AcceleratorPhysicalSliced,
+    AcceleratorPhysicalSlicedProfile,
+    AcceleratorStatus,
+    DevicesGroup,
+)
 from gpustack_operator.manufacturers.respond import Family, PartitionInstance
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import host
 
@@ -207,3 +216,60 @@ def test_which_keys_a_writer_owns(key: str, ours: bool) -> None:
 def test_an_empty_group_or_unknown_vram_is_no_error() -> None:
     group = DevicesGroup(id="x", manufacturer="nvidia", name="X", memory=0)
     assert node_capacity([ManufacturerCapacity(ResourceNames("nvidia.com/gpu", "nvidia"), [group], ALL)]) == {}
+
+
+CARD = st.builds(
+    lambda n, slices, overcommit, unhealthy, mig: (n, slices, overcommit, unhealthy, mig),
+    st.integers(min_value=0, max_value=3),
+    st.integers(min_value=-1, max_value=130),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+
+
+def synthetic_group(gid: str, memory: int, cards: list[tuple[int, int, bool, bool, bool]]) -> DevicesGroup:
+    accelerators = []
+    for n, (copies, slices, overcommit, unhealthy, mig) in enumerate(cards):
+        for c in range(copies):
+            status = AcceleratorStatus(
+                unhealthy=unhealthy,
+                logical_sliced=AcceleratorLogicalSliced(
+                    count=0 if mig else slices, cores_percentage_overcommit=overcommit
+                ),
+                physical_sliced=AcceleratorPhysicalSliced(
+                    profiles=[AcceleratorPhysicalSlicedProfile(name="1g.10gb", memory_slices=1, count=7)], count=7
+                )
+                if mig
+                else None,
+            )
+            accelerators.append(Accelerator(id=f"{gid}-{n}-{c}", index=len(accelerators), status=status))
+    return DevicesGroup(id=gid, manufacturer="nvidia", name=gid, memory=memory, accelerators=accelerators)
+
+
+@given(
+    st.lists(st.lists(CARD, max_size=4), min_size=1, max_size=3),
+    st.integers(min_value=-5, max_value=200_000),
+    st.sets(st.sampled_from(list(Family))),
+)
+def test_capacity_is_a_sum_over_groups_of_whole_non_negative_numbers(
+    cards: list[list[tuple[int, int, bool, bool, bool]]], memory: int, families: set[Family]
+) -> None:
+    """Whatever a detection reports: every key is ours, every value a whole number >= 0, and the node's
+    keys are the sum of each group's -- so a group (an accelerator) gone takes exactly its share."""
+    names = ResourceNames("nvidia.com/gpu", "nvidia")
+    groups = [synthetic_group(f"g{i}", memory, c) for i, c in enumerate(cards)]
+    whole = node_capacity([ManufacturerCapacity(names, groups, families)])
+    assert all(is_capacity_key(k, [names.base]) for k in whole)
+    assert all(v.isdigit() for v in whole.values())
+    parts: dict[str, int] = {}
+    for group in groups:
+        for key, value in manufacturer_capacity(ManufacturerCapacity(names, [group], families)).items():
+            parts[key] = parts.get(key, 0) + value
+    assert whole == {k: str(v) for k, v in sorted(parts.items())}
+    healthy = [a for g in groups for a in g.accelerators if not a.status.unhealthy]
+    sliceable = [a for a in healthy if a.status.physical_sliced is None and a.status.logical_sliced.count > 0]  # type: ignore[union-attr]
+    if Family.SLICED in families and sliceable:
+        assert whole["nvidia.com/gpu.sliced.units"] == str(len(sliceable) * D)
+    else:
+        assert "nvidia.com/gpu.sliced.units" not in whole
