@@ -229,7 +229,7 @@ CARD = st.builds(
 
 
 def synthetic_group(gid: str, memory: int, cards: list[tuple[int, int, bool, bool, bool]]) -> DevicesGroup:
-    accelerators = []
+    accelerators: list[Accelerator] = []
     for n, (copies, slices, overcommit, unhealthy, mig) in enumerate(cards):
         for c in range(copies):
             status = AcceleratorStatus(
