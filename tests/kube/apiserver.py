@@ -46,6 +46,7 @@ stored as given), graceful deletion unless asked for (:meth:`APIServerStandIn.de
 ``graceful=True`` only sets ``deletionTimestamp``), other resources, protobuf/CBOR/YAML.
 
 Test helpers: :meth:`~APIServerStandIn.add_pod`, :meth:`~APIServerStandIn.set_phase`,
+:meth:`~APIServerStandIn.stall` (answer late),
 :meth:`~APIServerStandIn.delete`, :meth:`~APIServerStandIn.get`, the :attr:`~APIServerStandIn.requests`
 log (one :class:`Request` per round trip), and :meth:`~APIServerStandIn.fail` to make the next
 requests answer an error (an API server that is down or overloaded).
@@ -437,6 +438,7 @@ class APIServerStandIn:
         self._events: list[_Event] = []
         self.requests: list[Request] = []
         self._faults: list[tuple[Callable[[Request], bool], int, str]] = []
+        self._stalls: list[tuple[Callable[[Request], bool], float]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
@@ -627,9 +629,16 @@ class APIServerStandIn:
             self._drops += 1
             self._cond.notify_all()
 
+    def stall(self, seconds: float, *, when: Callable[[Request], bool] | None = None) -> None:
+        """Answer the requests matching ``when`` (default: every request) only after ``seconds`` (an
+        overloaded server; :meth:`heal` ends it)."""
+        with self._lock:
+            self._stalls.append((when or (lambda r: True), seconds))
+
     def heal(self) -> None:
         with self._lock:
             self._faults.clear()
+            self._stalls.clear()
 
     def count(self, method: str | None = None, path: str | None = None) -> int:
         """Requests answered, optionally only this method and/or path prefix."""
@@ -899,6 +908,10 @@ def _handler(api: APIServerStandIn) -> type[BaseHTTPRequestHandler]:
                     except ValueError:
                         raise bad_request("the request body is not JSON") from None
                 req.body = body
+                with api._lock:
+                    stall = max((d for when, d in api._stalls if when(req)), default=0.0)
+                if stall:
+                    api._closing.wait(stall)
                 fault = api._fault(req)
                 if fault is not None:
                     raise fault

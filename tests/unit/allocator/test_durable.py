@@ -4,12 +4,17 @@ after reserve and its give-back, and the rebuild from annotations and the kubele
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from gpustack_operator.allocator.pods import PodSpec
-from gpustack_operator.manufacturers.respond import Code, RefusedError
+from gpustack_operator.allocator.core import NODE_LOCK, Allocator
+from gpustack_operator.allocator.ledger import AllocatedEntry, render_allocated
+from gpustack_operator.allocator.pods import ALLOCATED_ANNOTATION, AnnotationWriteError, PodSpec
+from gpustack_operator.manufacturers.respond import Code, Family, RefusedError
 
 from tests.unit.allocator.fakes import BASE, FakePods, card, ctr, group, make_allocator, pod, token
 
@@ -52,3 +57,109 @@ def test_a_failed_refresh_keeps_the_first_refusal(tmp_path: Path) -> None:
         alloc.allocate(BASE, [[token(G, "GPU-0")]])
     assert err.value.code is Code.NOT_FOUND and "no container on this node waits" in err.value.message
     assert pods.refreshes == 1
+
+
+# -- the durable annotation -----------------------------------------------------------------------
+
+
+@dataclass
+class FakeRecorder:
+    """The annotation patches the allocator made; ``fail`` refuses the next ones."""
+
+    written: list[tuple[str, str | None]] = field(default_factory=list)
+    fail: int = 0
+    during: Callable[[], None] | None = None
+
+    def record(self, pod: PodSpec, value: str | None) -> None:
+        if self.during is not None:
+            self.during()
+        if self.fail:
+            self.fail -= 1
+            raise AnnotationWriteError("the API server at http://127.0.0.1:1 answered HTTP 500 InternalError")
+        self.written.append((pod.uid, value))
+
+
+def with_recorder(tmp_path: Path, pods: FakePods, recorder: FakeRecorder) -> Allocator:
+    alloc, _, _ = make_allocator(tmp_path, two_cards(), pods)
+    alloc._recorder = recorder
+    return alloc
+
+
+def test_a_grant_is_recorded_on_its_pod_in_the_spec_shape(tmp_path: Path) -> None:
+    recorder = FakeRecorder()
+    pods = FakePods(pods=[pod("p", [ctr("main", {BASE: "1"})], uid="u1")])
+    alloc = with_recorder(tmp_path, pods, recorder)
+    alloc.allocate(BASE, [[token(G, "GPU-1")]])
+    [(uid, value)] = recorder.written
+    assert uid == "u1" and value is not None
+    assert json.loads(value) == {
+        "main": {
+            "manufacturer": "nvidia",
+            "mode": "exclusive",
+            "accelerators": ["GPU-1"],
+            "devices": [token(G, "GPU-1")],
+            "units": 0,
+        }
+    }
+    assert value == alloc.annotation("u1")
+
+
+def test_a_retried_call_whose_record_the_view_shows_is_not_patched_again(tmp_path: Path) -> None:
+    recorder = FakeRecorder()
+    pods = FakePods(pods=[pod("p", [ctr("main", {BASE: "1"})], uid="u1")])
+    alloc = with_recorder(tmp_path, pods, recorder)
+    alloc.allocate(BASE, [[token(G, "GPU-1")]])
+    [(_, value)] = recorder.written
+    pods.pods = [pod("p", [ctr("main", {BASE: "1"})], uid="u1", annotations={ALLOCATED_ANNOTATION: value or ""})]
+    alloc.allocate(BASE, [[token(G, "GPU-1")]])
+    assert len(recorder.written) == 1
+
+
+def test_another_manufacturers_entries_are_kept(tmp_path: Path) -> None:
+    other = render_allocated({"amd": AllocatedEntry(manufacturer="amd", mode=Family.EXCLUSIVE, accelerators=["a0"])})
+    recorder = FakeRecorder()
+    pods = FakePods(
+        pods=[pod("p", [ctr("main", {BASE: "1"}), ctr("amd")], uid="u1", annotations={ALLOCATED_ANNOTATION: other})]
+    )
+    alloc = with_recorder(tmp_path, pods, recorder)
+    alloc.allocate(BASE, [[token(G, "GPU-0")]])
+    [(_, value)] = recorder.written
+    assert sorted(json.loads(value or "{}")) == ["amd", "main"]
+
+
+def test_a_failed_patch_gives_the_reservation_back_and_refuses_naming_the_error(tmp_path: Path) -> None:
+    recorder = FakeRecorder(fail=1)
+    pods = FakePods(
+        pods=[
+            pod("p", [ctr("main", {BASE: "1"})], uid="u1"),
+            pod("q", [ctr("main", {BASE: "1"})], uid="u2", created=200.0),
+        ]
+    )
+    alloc = with_recorder(tmp_path, pods, recorder)
+    with pytest.raises(RefusedError) as err:
+        alloc.allocate(BASE, [[token(G, "GPU-0")]])
+    assert err.value.code is Code.UNAVAILABLE
+    assert "HTTP 500" in err.value.message and "given back" in err.value.message
+    assert alloc.claims() == []
+    assert all(d.healthy for d in alloc.devices(f"{BASE}.shared"))
+    # a second Allocate takes the card
+    [inj] = alloc.allocate(BASE, [[token(G, "GPU-0")]])
+    assert inj.envs == {"NVIDIA_VISIBLE_DEVICES": "GPU-0"}
+    assert [c.pod for c in alloc.claims()] == ["p"]
+
+
+def test_the_patch_runs_outside_the_node_lock(tmp_path: Path) -> None:
+    seen: list[bool] = []
+
+    def probe() -> None:  # another thread must be able to take the lock while the patch is out
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(NODE_LOCK.acquire(timeout=5) and (NODE_LOCK.release() or True)))
+        t.start()
+        t.join()
+        seen.extend(got)
+
+    recorder = FakeRecorder(during=probe)
+    pods = FakePods(pods=[pod("p", [ctr("main", {BASE: "1"})], uid="u1")])
+    alloc = with_recorder(tmp_path, pods, recorder)
+    alloc.allocate(BASE, [[token(G, "GPU-0")]])
+    assert seen == [True]

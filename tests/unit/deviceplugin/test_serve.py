@@ -16,8 +16,8 @@ from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as pb
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 
 from tests.conftest import BIN, host
+from tests.kube.apiserver import APIServerStandIn as ApiServer
 from tests.unit.deviceplugin.fakes import FakeKubelet, short_dir
-from tests.unit.deviceplugin.test_kube_pods import ApiServer
 
 RESOURCES = {
     "nvidia.com/gpu": "gpustack-nvidia-exclusive.sock",
@@ -96,10 +96,9 @@ def kubelet(plugin_dir: Path) -> Iterator[FakeKubelet]:
 
 @pytest.fixture
 def api() -> Iterator[ApiServer]:
-    server = ApiServer()
-    server.body = PENDING
-    yield server
-    server.close()
+    """The HTTP API-server stand-in (list, watch, the annotation's merge patch); no Pods yet."""
+    with ApiServer() as server:
+        yield server
 
 
 def test_help_says_the_ledger_is_in_memory() -> None:
@@ -196,6 +195,8 @@ def test_nothing_to_serve_is_an_error(plugin_dir: Path, kubelet: FakeKubelet, ap
 def test_serves_an_allocation_then_stops_on_sigterm(
     plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path
 ) -> None:
+    for item in PENDING["items"]:  # type: ignore[index]
+        api.add_pod(item)
     proc = subprocess.Popen(serve_args(plugin_dir, api, tmp_path), stderr=subprocess.PIPE, text=True, env=clean_env())
     try:
         assert kubelet.wait_for(len(RESOURCES), timeout=60), "not every pool registered"
@@ -214,7 +215,12 @@ def test_serves_an_allocation_then_stops_on_sigterm(
             )
             envs = dict(response.container_responses[0].envs)
             assert envs["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
-            assert api.paths and "fieldSelector=spec.nodeName%3Dnode-a" in api.paths[-1]
+            pod_reads = [r for r in api.requests if r.path == "/api/v1/pods"]
+            assert pod_reads and all(r.query["fieldSelector"] == "spec.nodeName=node-a" for r in pod_reads)
+            stored = api.get("ml", "whole")  # the grant is recorded on the Pod before the answer
+            assert (
+                stored is not None and "device.gpustack.ai/accelerator.allocated" in stored["metadata"]["annotations"]
+            )
             # the cross-mode invariant reaches the kubelet: the shared tokens of the held accelerator
             # turn Unhealthy on the open ListAndWatch stream
             update = next(shared_watch)
@@ -271,7 +277,7 @@ def test_the_kubelet_stand_in_admits_through_serve_and_survives_its_restart(
     pod-resources naming the Pod being admitted; then a kubelet restart wipes the sockets."""
     from tests.kubelet.standin import KubeletStandIn
 
-    api.body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [SSH_POD]}
+    api.add_pod(SSH_POD)
     pod_resources = plugin_dir / "pod-resources.sock"
     with KubeletStandIn(plugin_dir, pod_resources, checkpoint=False) as kubelet:
         proc = subprocess.Popen(

@@ -60,10 +60,12 @@ Reading a refusal (the kubelet fails the Pod with ``UnexpectedAdmissionError`` c
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -81,7 +83,15 @@ from gpustack_operator.allocator.ledger import (
     parse_allocated,
     render_allocated,
 )
-from gpustack_operator.allocator.pods import ALLOCATED_ANNOTATION, KubeletPod, PodSource, PodSpec, PodsUnavailableError
+from gpustack_operator.allocator.pods import (
+    ALLOCATED_ANNOTATION,
+    AnnotationRecorder,
+    AnnotationWriteError,
+    KubeletPod,
+    PodSource,
+    PodSpec,
+    PodsUnavailableError,
+)
 from gpustack_operator.allocator.resources import (
     DEFAULT_PARTITION_KIND,
     SHARED_TOKENS,
@@ -204,6 +214,7 @@ class Allocator:
         cdi: CdiResolverLike | None = None,
         lock: threading.RLock | None = None,
         node_name: str | None = None,
+        recorder: AnnotationRecorder | None = None,
     ) -> None:
         self.manufacturer = manufacturer
         self.names = ResourceNames(
@@ -216,6 +227,7 @@ class Allocator:
         self._cdi = cdi
         self._lock: threading.RLock = lock if lock is not None else NODE_LOCK
         self._node = node_name
+        self._recorder = recorder
         self._cond = threading.Condition()
         self._version = 0
         self._groups: list[DevicesGroup] = [g.model_copy(deep=True) for g in groups]
@@ -399,12 +411,67 @@ class Allocator:
             return []
         self._single(family, resource, requests)
         try:
-            return self._allocate_locked(family, resource, requests, refreshable=self._refreshable())
+            injections, done = self._allocate_locked(family, resource, requests, refreshable=self._refreshable())
         except _NotInViewError as miss:
             # the kubelet can be a few milliseconds ahead of a watch-backed view: list once, try again
             if not self._refresh_view():
                 raise miss.refusal from None
-        return self._allocate_locked(family, resource, requests, refreshable=False)
+            injections, done = self._allocate_locked(family, resource, requests, refreshable=False)
+        self._record(done)
+        kill_point("before-answer")
+        return injections
+
+    def _record(self, done: list[_Done]) -> None:
+        """The durable annotation of every Pod this call granted to, patched outside the node lock
+        (supplement §1.8 rule 5) and before the answer; a failed patch gives the call's reservations
+        back (rule 8) and refuses naming the API server's error."""
+        if self._recorder is None or not done:
+            return
+        pods: dict[str, PodSpec] = {}
+        for entry in done:
+            pods.setdefault(entry.pod.uid, entry.pod)
+        for pod in pods.values():
+            value = self.annotation_value(pod)
+            if value == pod.annotations.get(ALLOCATED_ANNOTATION):
+                continue  # already recorded (a retried call, or a grant the annotation does not carry)
+            try:
+                self._recorder.record(pod, value)
+            except AnnotationWriteError as exc:
+                self._record_failed(done, pod, value, str(exc))
+            kill_point("after-patch")
+
+    def _record_failed(self, done: list[_Done], pod: PodSpec, tried: str | None, error: str) -> NoReturn:
+        with self._lock:
+            for entry in reversed(done):
+                self._give_back(entry.key, entry.prior, entry.created)
+            self._bump()
+            after = self.annotation_value(pod)
+        log.warning("%s: %s; the allocation is given back", self.manufacturer.name, error)
+        if after != tried and self._recorder is not None:
+            try:  # a timed-out patch may have landed after all: write what is held now
+                self._recorder.record(pod, after)
+            except AnnotationWriteError as exc:
+                log.warning("%s: the given-back annotation was not written either: %s", self.manufacturer.name, exc)
+        labels = ", ".join(sorted({f"{e.pod.key} container {e.key[1]}" for e in done}))
+        raise RefusedError(
+            f"{labels}: the allocation could not be recorded on the Pod ({error}); the reservation is given back "
+            "and the kubelet retries",
+            Code.UNAVAILABLE,
+        )
+
+    def annotation_value(self, pod: PodSpec) -> str | None:
+        """The annotation ``pod`` should carry: this allocator's claims, beside other manufacturers'
+        entries as the view shows them."""
+        with self._lock:
+            entries = {
+                name: entry
+                for name, entry in parse_allocated(pod.annotations.get(ALLOCATED_ANNOTATION)).items()
+                if entry.manufacturer != self.manufacturer.name
+            }
+            for claim in self._ledger.claims.values():
+                if claim.pod_uid == pod.uid and claim.family is not Family.VISIBILITY:
+                    entries[claim.container] = AllocatedEntry.of(claim, self.manufacturer.name)
+            return render_allocated(entries) if entries else None
 
     def _refreshable(self) -> bool:
         return callable(getattr(self._pods, "refresh", None))
@@ -419,7 +486,7 @@ class Allocator:
 
     def _allocate_locked(
         self, family: Family, resource: str, requests: list[list[str]], *, refreshable: bool
-    ) -> list[Injection]:
+    ) -> tuple[list[Injection], list[_Done]]:
         with self._lock:
             pods = self._node_pods()
             self._sync(pods)
@@ -438,20 +505,22 @@ class Allocator:
                 if refreshable and exc.code is Code.NOT_FOUND:
                     raise _NotInViewError(exc) from None
                 raise
-            done: list[tuple[ClaimKey, Claim | None, PartitionInstance | None]] = []
+            kill_point("after-identify")
+            done: list[_Done] = []
             injections = []
             try:
                 for ids, target in zip(requests, targets, strict=True):
-                    injection, undo = self._allocate_one(family, list(ids), target, ctx)
+                    injection, (key, prior, created) = self._allocate_one(family, list(ids), target, ctx)
                     injections.append(injection)
-                    done.append(undo)
+                    done.append(_Done(key, prior, created, target.pod))
             except BaseException:
-                for key, prior, created in reversed(done):
-                    self._give_back(key, prior, created)
+                for entry in reversed(done):
+                    self._give_back(entry.key, entry.prior, entry.created)
                 self._bump()
                 raise
             self._bump()
-            return injections
+            kill_point("after-reserve")
+            return injections, done
 
     @staticmethod
     def _single(family: Family, resource: str, requests: list[list[str]]) -> None:
@@ -1027,6 +1096,31 @@ class Allocator:
         with self._cond:
             self._version += 1
             self._cond.notify_all()
+
+
+@dataclass(frozen=True)
+class _Done:
+    """One container this call reserved for: how to give it back, and its Pod (whose annotation records it)."""
+
+    key: ClaimKey
+    prior: Claim | None
+    created: PartitionInstance | None
+    pod: PodSpec
+
+
+KILL_AT_ENV = "GPUSTACK_OPERATOR_TEST_KILL_AT"
+KILL_POINTS = ("after-identify", "after-reserve", "after-patch", "before-answer")
+_KILL_AT = os.environ.get(KILL_AT_ENV, "")
+
+
+def kill_point(step: str) -> None:
+    """A test-only seam, inert unless ``GPUSTACK_OPERATOR_TEST_KILL_AT`` names ``step`` when the process
+    starts (one of :data:`KILL_POINTS`): the process then SIGKILLs itself there, as a node losing the
+    Device Manager mid-``Allocate`` would. The crash-recovery tests set it; nothing else reads it."""
+    if _KILL_AT and step == _KILL_AT:
+        log.critical("%s=%s: killing this process (a test of restart recovery)", KILL_AT_ENV, step)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _NotInViewError(Exception):

@@ -80,3 +80,16 @@ class PodSource(Protocol):
 
 class PodsUnavailableError(Exception):
     """The node's pods could not be read (the reason names the endpoint and the error)."""
+
+
+class AnnotationRecorder(Protocol):
+    """Where the durable ``device.gpustack.ai/accelerator.allocated`` annotation is written (the edge:
+    ``kube/annotations.py``, a JSON merge patch of the Pod's ``metadata.annotations``). ``value`` is the
+    whole annotation (a JSON map keyed by container name), ``None`` to remove it. Must return within
+    its own timeout; raises :class:`AnnotationWriteError`."""
+
+    def record(self, pod: PodSpec, value: str | None) -> None: ...
+
+
+class AnnotationWriteError(Exception):
+    """The annotation could not be written (the reason names the API server and its answer)."""

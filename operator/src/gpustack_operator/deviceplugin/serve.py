@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpustack_operator import api
 from gpustack_operator.allocator.core import NODE_LOCK, Allocator, CdiResolverLike, FamilyOptions
-from gpustack_operator.allocator.pods import PodSource, PodSpec
+from gpustack_operator.allocator.pods import AnnotationRecorder, PodSource, PodSpec
 from gpustack_operator.deviceplugin.podresources import POD_RESOURCES_SOCKET, KubeletPodSource
 from gpustack_operator.deviceplugin.server import KUBELET_SOCKET, PluginServer, PluginSet
 from gpustack_operator.discovery.detect import NodeDetection
@@ -97,18 +97,31 @@ class PodView(Protocol):
     def stop(self, timeout: float = 5.0) -> None: ...
 
 
-def pod_source(opts: ServeOptions) -> tuple[PodSource, PodView]:
-    """The kubelet's pod-resources socket plus the watch-backed view of this node's pods (started)."""
+@dataclass
+class Cluster:
+    """What ``serve`` holds of the cluster: the pod source the allocators identify from, the
+    watch-backed view behind it, and where the durable annotation is written."""
+
+    pods: PodSource
+    view: PodView
+    recorder: AnnotationRecorder | None
+
+
+def pod_source(opts: ServeOptions) -> Cluster:
+    """The kubelet's pod-resources socket plus the watch-backed view of this node's pods (started), and
+    the annotation patcher on the same API server."""
+    from gpustack_operator.kube.annotations import AnnotationPatcher  # noqa: PLC0415
     from gpustack_operator.kube.pods import KubeConfigError, make_api_client  # noqa: PLC0415
     from gpustack_operator.kube.podwatch import PodWatch  # noqa: PLC0415
 
     try:
-        watch = PodWatch(make_api_client(opts.kubeconfig, opts.kube_api_server), opts.node_name)
+        client = make_api_client(opts.kubeconfig, opts.kube_api_server)
+        watch = PodWatch(client, opts.node_name)
     except KubeConfigError as exc:
         raise ServeUsageError(str(exc)) from None
     watch.start()
     source = KubeletPodSource(watch.node_pods, socket=opts.pod_resources_socket, refresh=watch.refresh)
-    return source, watch
+    return Cluster(source, watch, AnnotationPatcher(client))
 
 
 def release_on_event(allocators: list[Allocator]) -> Callable[[Any], None]:
@@ -155,7 +168,13 @@ def _partitioner(name: str, make: Callable[[HostRoot], Partitioner] | None, view
         return None
 
 
-def build(req: api.Request, result: NodeDetection, opts: ServeOptions, pods: PodSource) -> Served:
+def build(
+    req: api.Request,
+    result: NodeDetection,
+    opts: ServeOptions,
+    pods: PodSource,
+    recorder: AnnotationRecorder | None = None,
+) -> Served:
     """The allocators and plugin servers for what the pass detected (nothing is started)."""
     view = HostRoot(req.root)
     host = HostRoot(opts.host_write_root)
@@ -202,6 +221,7 @@ def build(req: api.Request, result: NodeDetection, opts: ServeOptions, pods: Pod
             cdi=_cdi_resolver(name, backend.responder, view),
             lock=NODE_LOCK,
             node_name=opts.node_name,
+            recorder=recorder,
         )
         pools = allocator.pools()
         if not pools:
@@ -229,16 +249,17 @@ def serve(req: api.Request, opts: ServeOptions, *, stop: threading.Event | None 
             f"--host-write-root {opts.host_write_root} is not a directory: name where the host's paths this "
             "process writes are reachable (/ in the DaemonSet)"
         )
-    pods, view = pod_source(opts)
+    cluster = pod_source(opts)
     try:
-        return _serve(req, opts, pods, view, stop)
+        return _serve(req, opts, cluster, stop)
     finally:
-        view.stop()
+        cluster.view.stop()
 
 
-def _serve(req: api.Request, opts: ServeOptions, pods: PodSource, view: PodView, stop: threading.Event | None) -> int:
+def _serve(req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threading.Event | None) -> int:
+    view = cluster.view
     result = api.run_detect(req, interfaces=False)
-    served = build(req, result, opts, pods)
+    served = build(req, result, opts, cluster.pods, cluster.recorder)
     for name, why in sorted(served.skipped.items()):
         log.warning("%s is not served: %s", name, why)
     if not served.plugins.servers:
