@@ -121,3 +121,29 @@ def empty(outcome: object) -> object:
     assert isinstance(outcome, Detected), outcome
     assert outcome.groups == [], outcome.groups
     return outcome
+
+
+# -- where the suite's time goes (issue 17: the phases of `make test` with their durations) ----------
+# Per test file: the setup, call and teardown of its tests, module and session fixtures included (an
+# image build is charged to the first test that needs it). Printed after the run, slowest first.
+_FILE_SECONDS: dict[str, float] = {}
+_SLOWEST_FILES = 15
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    ranked = sorted(_FILE_SECONDS.items(), key=lambda item: item[1], reverse=True)
+    terminalreporter.section("where the time went (per test file, fixtures included)")
+    for path, seconds in ranked[:_SLOWEST_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f}%  {path}")
+    rest = ranked[_SLOWEST_FILES:]
+    if rest:
+        terminalreporter.write_line(f"{sum(s for _, s in rest):8.1f} s  in the other {len(rest)} files")
+    terminalreporter.write_line(f"{total:8.1f} s  in all {len(ranked)} files")

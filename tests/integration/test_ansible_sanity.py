@@ -4,7 +4,7 @@ this checkout (tests/tools/collection_tree.py, what ``make collection`` runs), i
 ``<dir>/ansible_collections/gpustack/accelerators`` -- the standard layout the tarball itself carries
 (``tests/sanity/ignore-<X.Y>.txt``, ``tests/unit/plugins/...``), exactly what a user or a CI of theirs
 would run. Each runs twice: with this venv's ansible-core (the newest) and with the lowest one
-``meta/runtime.yml`` claims (a venv of its own under tests/.build/), the bounds of the support matrix."""
+``meta/runtime.yml`` claims (a venv of its own in the machine's test cache), the bounds of the support matrix."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from tests.tools.collection_tree import (
     install_get_pip_standin,
     point_units_at_source,
 )
+from tests.tools.machine_cache import machine_cache
 
 pytestmark = pytest.mark.ansible
 
@@ -62,12 +63,17 @@ def ansible_test(
     core: tuple[str, Path], *args: str, env: dict[str, str]
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     version, bin_dir = core
-    install_get_pip_standin(bin_dir)
+    # ansible-test keeps its get-pip cache and its requirement venvs under ~/.ansible/test: a home of
+    # its own in the machine's test cache (never the real one; kept between runs and clones, so the
+    # requirement venvs are built once per machine)
+    home = machine_cache("ansible-test-home")
+    install_get_pip_standin(bin_dir, home)
     tree = installed(version)
     if args[0] == "units":
         point_units_at_source(tree)
     # nothing of this checkout's Ansible configuration: the installed tree is all ansible-test sees
     env = {k: v for k, v in env.items() if k != "ANSIBLE_CONFIG"}
+    env["HOME"] = str(home)
     env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
     proc = subprocess.run(
         [str(bin_dir / "ansible-test"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=1800

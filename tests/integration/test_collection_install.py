@@ -9,7 +9,7 @@ directory (issue 17): the weekly preflight playbook, its check-mode run, an ad-h
 ansible-doc -- with the inventory's interpreter still the system's, so the modules must find the venvs
 the install role recorded. Nothing of this checkout is on the path: not its ansible.cfg, not its
 collections/ symlink, not its pip configuration, not its venv, not this user's home -- the controller
-is a venv holding ansible-core alone (tests/.build/ansible-core-<X.Y>), so the package is nowhere on
+is a venv holding ansible-core alone (ansible-core-<X.Y>-* in the machine's test cache), so the package is nowhere on
 it, and only the project's own ansible.cfg tells Ansible where the collection is."""
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import functools
+import hashlib
 import importlib.util
 import os
 import re
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.tools.machine_cache import machine_cache
 
 REPO = Path(__file__).resolve().parents[2]
 DIST = REPO / "dist"
@@ -209,9 +212,11 @@ def install(tarball: Path, dest: Path) -> Path:
     return dest / "ansible_collections" / "gpustack" / "accelerators"
 
 
-def download_wheelhouse(requirements: Path, wheelhouse: Path, cache: Path = REPO / "tests" / ".build" / "pip") -> Path:
+def download_wheelhouse(requirements: Path, wheelhouse: Path, cache: Path | None = None) -> Path:
     """``pip download --only-binary=:all: -r <requirements> -d <wheelhouse>`` for this Python, taken from
-    ``cache`` offline when it has everything; the index is asked (once, into the cache) otherwise."""
+    ``cache`` (default: the machine's test cache, tests/tools/machine_cache.py) offline when it has
+    everything; the index is asked (once, into the cache) otherwise."""
+    cache = cache or machine_cache("pip")
     wheelhouse.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
 
@@ -239,8 +244,11 @@ def point_units_at_source(tree: Path) -> None:
 
 def core_venv(version: str) -> Path:
     """The ``bin`` of a venv holding ansible-core ``version`` (X.Y, its newest patch release) beside
-    this one's packages, made once under tests/.build/ (pip, from the configured index)."""
-    venv = REPO / "tests" / ".build" / f"ansible-core-{version}"
+    this one's packages, made once per machine in its test cache (tests/tools/machine_cache.py), keyed
+    by the interpreter it is made with (pip, from the configured index)."""
+    base = os.path.realpath(sys._base_executable)  # the interpreter a venv made here points at
+    key = hashlib.sha256(f"{base} {sys.version}".encode()).hexdigest()[:10]
+    venv = machine_cache(f"ansible-core-{version}-{key}")
     stamp = venv / ".installed"
     if not stamp.is_file():
         shutil.rmtree(venv, ignore_errors=True)
@@ -257,12 +265,13 @@ def core_venv(version: str) -> Path:
     return venv / "bin"
 
 
-def install_get_pip_standin(bin_dir: Path = BIN) -> None:
+def install_get_pip_standin(bin_dir: Path = BIN, home: Path | None = None) -> None:
     """ansible-test downloads a get-pip script that is unreachable here; give it the stand-in under
-    every name it may ask for (the pip version is the pin of the ansible-test in ``bin_dir``'s venv)."""
+    every name it may ask for (the pip version is the pin of the ansible-test in ``bin_dir``'s venv),
+    in the cache under ``home`` (the one ansible-test will run with; default: this process's)."""
     (source,) = bin_dir.parent.glob("lib/python3*/site-packages/ansible_test/_internal/python_requirements.py")
     versions = set(re.findall(r"pip='([0-9.]+)'", source.read_text()))
-    cache = Path.home() / ".ansible" / "test" / "cache"
+    cache = (home or Path.home()) / ".ansible" / "test" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     for version in versions:
         shutil.copy2(GET_PIP_STANDIN, cache / f"get_pip_{version.replace('.', '_')}.py")

@@ -4,8 +4,8 @@ The containers run with no network at all, so everything they need is made here 
 
 * the vendor-library stand-ins compiled into the fixture trees (``tests.stubs.build``);
 * the package as a wheel (``pip wheel --no-deps``) and a wheelhouse of exactly its dependencies
-  (``pip download``, offline from tests/.build/pip when that cache has them, else from the index
-  once), which the install role installs from with ``PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheelhouse>``;
+  (``pip download``, offline from the machine's test cache -- tests/tools/machine_cache.py -- when it
+  has them, else from the index once), which the install role installs from with ``PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheelhouse>``;
 * ``roots.tar``: fixture nodes' root filesystems placed at the paths they get in the container
   (symlinks kept; optionally without some files, e.g. a node whose container runtime did not inject
   the vendor library), plus stand-ins for the vendor CLIs the preflight's cross-check runs as the host
@@ -36,6 +36,8 @@ import tarfile
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.tools.machine_cache import machine_cache
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {}
         if not args.no_wheel:
             wheel = build_wheel(out / "dist", REPO / "tests" / ".build" / "molecule" / "wheel")
-            wheelhouse = build_wheelhouse(wheel, out / "wheelhouse", REPO / "tests" / ".build" / "pip")
+            wheelhouse = build_wheelhouse(wheel, out / "wheelhouse", machine_cache("pip"))
             result.update(wheel=str(wheel), wheelhouse=str(wheelhouse), wheelhouse_tar=f"{wheelhouse}.tar")
     roots_tar = out / "roots.tar"
     with tarfile.open(roots_tar, "w") as tar:

@@ -35,7 +35,8 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD="$REPO/tests/.build/podman"
-PIPCACHE="$REPO/tests/.build/pip"
+# wheels (the ansible wheel the collection is taken from) in the machine's test cache (cache_dir.sh)
+PIPCACHE="$(bash "$REPO/tests/tools/cache_dir.sh")/pip"
 IMAGE=localhost/gpustack-molecule
 # The Debian rootfs (debootstrap minbase + what the roles need: python3, python3-packaging), built
 # and cached by tests/tools/rootfs_tar.sh; its file name names the suite and the package list.

@@ -5,14 +5,16 @@
 #   tests/tools/container_host.py    localhost/gpustack-probe:test (docker, the preflight probe tests)
 #
 # `debootstrap --variant=minbase bookworm` plus PACKAGES, package caches, lists, docs, man pages and
-# locales removed, tarred to tests/.build/rootfs/rootfs-<suite>-<sha256(PACKAGES):8>.tar. Built once;
-# every later run just prints the path (a new PACKAGES list is a new file name, so a new build).
+# locales removed, tarred to <cache>/rootfs/rootfs-<suite>-<sha256(PACKAGES):8>.tar, <cache> being the
+# machine's test cache (tests/tools/cache_dir.sh: outside the checkout, so a clean clone on the same
+# machine reuses it). Built once per machine; every later run just prints the path (a new PACKAGES list
+# is a new file name, so a new build).
 #
 #   tests/tools/rootfs_tar.sh           build if missing, print the tarball's path on stdout
 #   tests/tools/rootfs_tar.sh --path    print the path only (no build, no root needed)
 #
 # Everything else goes to stderr. Needs root to build (debootstrap; apt-get installs debootstrap when
-# it is missing). One build at a time (a lock under tests/.build/rootfs): callers started side by side
+# it is missing). One build at a time (a lock beside the tarball): callers started side by side
 # on a cold machine wait for the first one's build instead of racing it. DEBOOTSTRAP_MIRROR chooses
 # the mirror (Debian's by default).
 #
@@ -24,7 +26,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-BUILD="$REPO/tests/.build/rootfs"
+BUILD="$(bash "$REPO/tests/tools/cache_dir.sh")/rootfs"
 SUITE=bookworm
 PACKAGES=python3,python3-packaging
 MIRROR=${DEBOOTSTRAP_MIRROR:-http://deb.debian.org/debian}
@@ -44,14 +46,16 @@ mkdir -p "$BUILD"
 exec 8>"$BUILD/.lock"
 flock 8
 
-# Before this script existed, podman_image.sh kept the same tarball under tests/.build/podman/: take
-# it over (a hard link, so an older checkout's podman_image.sh still finds its copy).
-if [ ! -f "$TAR" ] && [ -f "$REPO/tests/.build/podman/$NAME" ]; then
-    ln "$REPO/tests/.build/podman/$NAME" "$TAR" 2>/dev/null || cp "$REPO/tests/.build/podman/$NAME" "$TAR"
-fi
+# An older checkout kept the same tarball in its own tests/.build: take it over (same name, same recipe).
+for old in "$REPO/tests/.build/rootfs/$NAME" "$REPO/tests/.build/podman/$NAME"; do
+    if [ ! -f "$TAR" ] && [ -f "$old" ]; then
+        ln "$old" "$TAR.part" 2>/dev/null || cp "$old" "$TAR.part"
+        mv "$TAR.part" "$TAR"
+    fi
+done
 
 if [ ! -f "$TAR" ]; then
-    [ "$(id -u)" -eq 0 ] || die "building ${TAR#"$REPO"/} needs root (debootstrap); run it as root"
+    [ "$(id -u)" -eq 0 ] || die "building $TAR needs root (debootstrap); run it as root"
     if ! dpkg-query -W -f='${Status}' debootstrap 2>/dev/null | grep -q 'install ok installed'; then
         log "apt-get install debootstrap"
         apt_install() {
@@ -60,13 +64,13 @@ if [ ! -f "$TAR" ]; then
         }
         # the package lists may be missing or stale on a fresh machine: update once and retry
         apt_install || { apt-get update -q -o DPkg::Lock::Timeout=600 >>"$BUILD/apt.log" 2>&1 && apt_install; } \
-            || die "apt-get install debootstrap failed, see ${BUILD#"$REPO"/}/apt.log"
+            || die "apt-get install debootstrap failed, see $BUILD/apt.log"
     fi
-    log "debootstrap --variant=minbase $SUITE (+ $PACKAGES), cached as ${TAR#"$REPO"/}"
+    log "debootstrap --variant=minbase $SUITE (+ $PACKAGES), cached as $TAR"
     tmp=$(mktemp -d "$BUILD/debootstrap.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
     debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/root" "$MIRROR" >"$BUILD/debootstrap.log" 2>&1 \
-        || die "debootstrap failed, see ${BUILD#"$REPO"/}/debootstrap.log"
+        || die "debootstrap failed, see $BUILD/debootstrap.log"
     # keep it small: no package caches, lists, docs or man pages
     rm -rf "$tmp/root"/var/cache/apt/archives/*.deb "$tmp/root"/var/lib/apt/lists/* \
            "$tmp/root"/usr/share/doc/* "$tmp/root"/usr/share/man/* "$tmp/root"/usr/share/info/* \

@@ -35,7 +35,7 @@ fi
 
 echo "system_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
+apt-get update -qq -o DPkg::Lock::Timeout=600
 # policy-rc.d keeps the packages' own services (the system sshd) from being started by the install.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
@@ -45,4 +45,4 @@ if [ ! -e "$policy" ]; then
   created_policy=1
 fi
 trap 'if [ "$created_policy" -eq 1 ]; then rm -f "$policy"; fi' EXIT
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${missing[@]}" >/dev/null
