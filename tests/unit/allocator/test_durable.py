@@ -11,12 +11,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from gpustack_operator.allocator import recovery
 from gpustack_operator.allocator.core import NODE_LOCK, Allocator
 from gpustack_operator.allocator.ledger import AllocatedEntry, render_allocated
-from gpustack_operator.allocator.pods import ALLOCATED_ANNOTATION, AnnotationWriteError, PodSpec
+from gpustack_operator.allocator.pods import (
+    ALLOCATED_ANNOTATION,
+    AnnotationWriteError,
+    KubeletContainer,
+    KubeletPod,
+    PodSpec,
+)
 from gpustack_operator.manufacturers.respond import Code, Family, RefusedError
 
-from tests.unit.allocator.fakes import BASE, FakePods, card, ctr, group, make_allocator, pod, token
+from tests.unit.allocator.fakes import (
+    BASE,
+    PARTITIONED,
+    SHARED,
+    SLICED,
+    FakePods,
+    card,
+    ctr,
+    group,
+    make_allocator,
+    pod,
+    sliced_ctr,
+    token,
+)
 
 G = "nvidia-a100"
 
@@ -163,3 +183,50 @@ def test_the_patch_runs_outside_the_node_lock(tmp_path: Path) -> None:
     alloc = with_recorder(tmp_path, pods, recorder)
     alloc.allocate(BASE, [[token(G, "GPU-0")]])
     assert seen == [True]
+
+
+# -- restart recovery -------------------------------------------------------------------------------
+
+
+def test_a_holding_only_the_kubelet_names_is_recovered_and_logged(tmp_path: Path) -> None:
+    pods = FakePods(pods=[pod("p", [ctr("main", {SHARED: "1"})], uid="u1", phase="Running")])
+    pods.kubelet_holds(("p", "main", {SHARED: (token(G, "GPU-1", 3),)}))
+    alloc, _, _ = make_allocator(tmp_path, two_cards(), pods)
+    lines = alloc.recover()
+    assert any("recovered from the kubelet's pod-resources List" in line for line in lines)
+    [claim] = alloc.claims()
+    assert (claim.pod, claim.family, claim.accelerators, claim.recovered) == ("p", Family.SHARED, ("GPU-1",), True)
+    health = {d.id: d.healthy for d in alloc.devices(BASE)}
+    assert health == {token(G, "GPU-0"): True, token(G, "GPU-1"): False}
+
+
+def test_the_annotation_outranks_the_kubelet_and_a_second_recovery_adds_nothing(tmp_path: Path) -> None:
+    first, _, _ = make_allocator(tmp_path, two_cards(), FakePods(pods=[pod("p", [ctr("main", {BASE: "1"})], uid="u1")]))
+    first.allocate(BASE, [[token(G, "GPU-0")]])
+    value = first.annotation("u1") or ""
+    view = FakePods(pods=[pod("p", [ctr("main", {BASE: "1"})], uid="u1", annotations={ALLOCATED_ANNOTATION: value})])
+    view.kubelet_holds(("p", "main", {BASE: (token(G, "GPU-0"),)}))
+    restarted, _, _ = make_allocator(tmp_path, two_cards(), view)
+    assert restarted.recover() == []  # nothing beyond the annotation, nothing unrecoverable
+    assert [(c.pod, c.accelerators) for c in restarted.claims()] == [("p", ("GPU-0",))]
+    assert restarted.recover() == [] and len(restarted.claims()) == 1
+
+
+def test_a_slice_whose_annotation_never_landed_is_recovered_from_its_node_record(tmp_path: Path) -> None:
+    spec = [pod("s", [sliced_ctr("main", "50")], uid="u9")]
+    first, _, _ = make_allocator(tmp_path, two_cards(), FakePods(pods=list(spec)))
+    first.allocate(SLICED, [[token(G, "GPU-1", 2)]])  # the record is written; no recorder: no annotation
+    restarted, _, _ = make_allocator(tmp_path, two_cards(), FakePods(pods=list(spec)))
+    lines = restarted.recover()
+    assert any("recovered from its node record" in line for line in lines), lines
+    [claim] = restarted.claims()
+    assert (claim.family, claim.accelerators) == (Family.SLICED, ("GPU-1",))
+    assert claim.units == first.claims()[0].units
+
+
+def test_a_partition_only_the_kubelet_names_is_reported_unrecoverable(tmp_path: Path) -> None:
+    alloc, _, _ = make_allocator(tmp_path, two_cards())
+    p = pod("m", [ctr("main", {PARTITIONED: "1"})], uid="u3")
+    kubelet = [KubeletPod("default", "m", (KubeletContainer("main", {PARTITIONED: ("x",)}),))]
+    claims, problems = recovery.claims_from_kubelet(kubelet, [p], alloc.names, alloc._ledger.cards, {})
+    assert claims == [] and "cannot be rebuilt" in problems[0]

@@ -161,7 +161,36 @@ def test_once_registered_registers_every_pool_and_cleans_up(
         "device.gpustack.ai/nvidia.visibility": False,
     }
     assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"], "a plugin socket was left behind"
-    assert "kept in memory only" in out.stderr
+    assert "Reservations are durable" in out.stderr
+    assert "restart recovery: 0 claims held" in out.stderr  # recovered before the first registration
+
+
+def test_nothing_registers_before_the_pods_are_read(
+    plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API server that answers nothing: the held cards cannot be recovered, so no plugin registers
+    (an unread node is never advertised free); SIGTERM still ends the wait."""
+    api.fail(503, count=-1)
+    log = tmp_path / "serve.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(serve_args(plugin_dir, api, tmp_path), stderr=sink, text=True, env=clean_env())
+    try:
+        for _ in range(600):  # until serve has tried the API server (and would have registered by now)
+            if "HTTP 503" in log.read_text() or proc.poll() is not None:
+                break
+            kubelet.wait_for(1, timeout=0.1)
+        assert "HTTP 503" in log.read_text()
+        assert not kubelet.wait_for(1, timeout=2), "a plugin registered before the node's pods were read"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = log.read_text()
+    assert proc.returncode == 0, err
+    assert kubelet.registrations == []
+    assert "503" in err and "Traceback" not in err
 
 
 def test_no_flags_gate_their_families(plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path) -> None:

@@ -28,12 +28,19 @@ then the responder:
    read, so a responder places against exactly the slices the hint and the gate count). A refusal
    from it gives the reservation back on the spot (a prior claim is restored); any other exception is
    contained as ``INTERNAL``.
-   Sliced and partitioned grants write ``<pods_dir>/<uid>/allocation.json`` (ledger/podrecords.py).
+   Sliced and partitioned grants write ``<pods_dir>/<uid>/allocation.json`` (ledger/podrecords.py;
+   its ``allocated`` map is the node-local ownership record restart recovery reads).
+5. Outside the lock, before the answer, the grant is recorded on the Pod: the durable annotation
+   (:meth:`annotation_value`, written by the ``AnnotationRecorder`` the edge passes in). A failed
+   patch gives every reservation of the call back and refuses ``UNAVAILABLE`` (supplement §1.8
+   rules 5, 6, 8). :meth:`recover` rebuilds the claims after a restart (``allocator/recovery.py``).
 
 Reading a refusal (the kubelet fails the Pod with ``UnexpectedAdmissionError`` carrying it)
 -----------------------------------------------------------------------------------------------
-- ``UNAVAILABLE`` "the node's Pods cannot be read: ..." -- the API server was unreachable, so the
-  container could not be identified; never guessed. The kubelet retries.
+- ``UNAVAILABLE`` "the node's Pods cannot be read: ..." -- the pod view never synced with the API
+  server, so the container could not be identified; never guessed. The kubelet retries.
+- ``UNAVAILABLE`` "... the allocation could not be recorded on the Pod (...)" -- the annotation patch
+  failed or timed out; the reservation is given back.
 - ``NOT_FOUND`` "no container on this node waits for N <resource>" -- no live Pod bound here requests
   that quantity (deleted meanwhile, or the API server lags); or "device <id> is not one this plugin
   advertises" -- a token from an earlier detection; or "<resource> is not served here".
@@ -67,11 +74,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import NoReturn, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from gpustack_operator.allocator import budget as budgets
 from gpustack_operator.allocator import identify as ident
-from gpustack_operator.allocator import placement
+from gpustack_operator.allocator import placement, recovery
 from gpustack_operator.allocator.ledger import (
     SHARE_UNITS,
     AllocatedEntry,
@@ -907,12 +914,18 @@ class Allocator:
             return
         accelerators = sorted({a for c in held for a in c.accelerators})
         record = AllocatedRecord(
-            pod=pod.key, manufacturer=self.manufacturer.name, mode=held[0].family.value, accelerators=accelerators
+            pod=pod.key,
+            manufacturer=self.manufacturer.name,
+            mode=held[0].family.value,
+            accelerators=accelerators,
+            allocated={c.container: AllocatedEntry.of(c, self.manufacturer.name) for c in held},
         )
         directory = self._ctx.pod_dir(pod.uid)
         try:
             self._ctx.host.makedirs(directory)
-            self._ctx.host.write_text(f"{directory}/allocation.json", record.model_dump_json() + "\n")
+            self._ctx.host.write_text(
+                f"{directory}/allocation.json", record.model_dump_json(by_alias=True, exclude_none=True) + "\n"
+            )
         except HostPathError as exc:
             log.error("%s: the allocation record of %s could not be written: %s", self.manufacturer.name, pod.key, exc)
 
@@ -1025,28 +1038,74 @@ class Allocator:
         Manager): they charge again, a sidecar re-finds its owner, a retried partition its accelerator."""
         changed = False
         for pod in pods:
-            for container, entry in parse_allocated(pod.annotations.get(ALLOCATED_ANNOTATION)).items():
-                if entry.manufacturer != self.manufacturer.name:
-                    continue
-                key: ClaimKey = (pod.uid, container, entry.mode.value)
-                if key in self._ledger.claims:
-                    continue
-                self._ledger.claims[key] = Claim(
-                    pod_uid=pod.uid,
-                    namespace=pod.namespace,
-                    pod=pod.name,
-                    container=container,
-                    family=entry.mode,
-                    accelerators=tuple(entry.accelerators),
-                    devices=tuple(entry.devices),
-                    units=entry.units,
-                    partition=entry.partition.instance() if entry.partition else None,
-                    profile=entry.profile,
-                    terminal=pod.terminal,
-                    recovered=True,
-                )
+            entries = parse_allocated(pod.annotations.get(ALLOCATED_ANNOTATION))
+            for claim in recovery.claims_from_entries(pod, entries, self.manufacturer.name, self._ledger.claims):
+                self._ledger.claims[claim.key] = claim
                 changed = True
         return changed
+
+    def recover(self) -> list[str]:
+        """Restart recovery, before the plugins register (``allocator/recovery.py``): the claims of the
+        node's Pods' annotations, then of their node-local ownership records, then of what the
+        kubelet's pod-resources ``List`` says it holds; one line per claim rebuilt from the last two
+        and per holding that could not be rebuilt (each logged). Raises :class:`RefusedError`
+        (``UNAVAILABLE``) when the node's Pods cannot be read."""
+        with self._lock:
+            pods = self._node_pods()
+            before = set(self._ledger.claims)
+            self._sync(pods)
+            from_annotations = len(set(self._ledger.claims) - before)
+            lines: list[str] = []
+            for pod in pods:
+                for claim in recovery.claims_from_entries(
+                    pod, self._record_entries(pod.uid), self.manufacturer.name, self._ledger.claims
+                ):
+                    self._ledger.claims[claim.key] = claim
+                    held = ",".join(claim.accelerators)
+                    lines.append(f"{claim.label}: {claim.family} on {held} recovered from its node record")
+            kubelet = self._pods.kubelet_pods()
+            if kubelet is None:
+                lines.append(
+                    "the kubelet's pod-resources List could not be asked; recovered from the Pods' records alone"
+                )
+            else:
+                claims, problems = recovery.claims_from_kubelet(
+                    kubelet, pods, self.names, self._ledger.cards, self._ledger.claims
+                )
+                for claim in claims:
+                    self._ledger.claims[claim.key] = claim
+                    lines.append(
+                        f"{claim.label}: {claim.family} on {','.join(claim.accelerators)} recovered from the kubelet's "
+                        "pod-resources List (no annotation recorded it)"
+                    )
+                lines.extend(problems)
+            self._mark_finished(pods)
+            for line in lines:
+                log.warning("%s: %s", self.manufacturer.name, line)
+            log.info(
+                "%s: restart recovery: %d claims held (%d from the Pods' annotations)",
+                self.manufacturer.name,
+                len(self._ledger.claims),
+                from_annotations,
+            )
+        self._bump()
+        return lines
+
+    def _record_entries(self, uid: str) -> dict[str, AllocatedEntry]:
+        """The entries of ``<pods_dir>/<uid>/allocation.json`` when it is this manufacturer's."""
+        path = f"{self._ctx.pod_dir(uid)}/allocation.json"
+        try:
+            raw = self._ctx.host.read_optional(path)
+            record = AllocatedRecord.model_validate_json(raw) if raw else None
+        except (HostPathError, ValidationError) as exc:
+            why = record_problem(exc) if isinstance(exc, ValidationError) else str(exc)
+            log.warning(
+                "%s: %s is not an allocation record (%s); not recovered from", self.manufacturer.name, path, why
+            )
+            return {}
+        if record is None or record.manufacturer != self.manufacturer.name:
+            return {}
+        return dict(record.allocated)
 
     # -- views for the edge -------------------------------------------------------------------------
 
@@ -1132,9 +1191,12 @@ class _NotInViewError(Exception):
 
 
 class AllocatedRecord(BaseModel):
-    """``allocation.json``: exactly the fields ``ledger/podrecords.py`` reads."""
+    """``allocation.json``: the fields ``ledger/podrecords.py`` reads, and ``allocated`` -- the Pod's
+    sliced and partitioned claims in the annotation's shape, the node-local ownership record restart
+    recovery reads (written before the annotation patch, so a partition is never unowned)."""
 
     pod: str
     manufacturer: str
     mode: str
     accelerators: list[str]
+    allocated: dict[str, AllocatedEntry] = Field(default_factory=dict)

@@ -6,9 +6,12 @@ every one sharing the node-wide lock (:data:`~gpustack_operator.allocator.core.N
 §1.8 rule 5) -- and per pool it offers one plugin server (``deviceplugin/server.py``), until SIGTERM
 or SIGINT. On the way out every server stops and removes the socket it created.
 
-What this version keeps in memory only: reservations and the ledger. The durable
-``device.gpustack.ai/accelerator.allocated`` annotation, recovery across a restart from it, and the
-``Devices`` status are not written yet, so a restarted Device Manager starts with an empty ledger.
+What is durable (issue 18): every grant is recorded on its Pod in the
+``device.gpustack.ai/accelerator.allocated`` annotation before ``Allocate`` answers (and, for sliced and
+partitioned Pods, in the node-local ``allocation.json`` before that), and the Pods are read from a
+watch (``kube/podwatch.py``). Before any plugin registers, the claims are rebuilt from those records
+and from the kubelet's pod-resources ``List`` (:func:`recover`), so a restarted Device Manager
+advertises the held cards Unhealthy for the other families from its first device list.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -33,14 +37,15 @@ from gpustack_operator.host import HostRoot
 from gpustack_operator.manufacturers import REGISTRY
 from gpustack_operator.manufacturers.arch import node_arch
 from gpustack_operator.manufacturers.base import DetectContext, Detected, Unmeasured
-from gpustack_operator.manufacturers.respond import LIB_DIR, Partitioner, RespondContext, Responder
+from gpustack_operator.manufacturers.respond import LIB_DIR, Partitioner, RefusedError, RespondContext, Responder
 
 log = logging.getLogger(__name__)
 
 IN_MEMORY_NOTE = (
-    "In this version reservations and the ledger are kept in memory only: the durable "
-    "device.gpustack.ai/accelerator.allocated annotation, restart recovery from it and the Devices status "
-    "are not yet written, so a restarted Device Manager starts with an empty ledger."
+    "Reservations are durable: each grant is recorded on its Pod in the device.gpustack.ai/accelerator.allocated "
+    "annotation (sliced and partitioned ones also in the node-local allocation.json) before Allocate answers, "
+    "and a restarted Device Manager rebuilds the ledger from those records and the kubelet's pod-resources List "
+    "before it registers any plugin."
 )
 RECONCILE_PERIOD = 30.0  # the sweep behind the watch's events (working directories a restart orphaned)
 ONCE_REGISTERED_TIMEOUT = 60.0
@@ -232,6 +237,37 @@ def build(
     return Served(allocators, PluginSet(servers), skipped)
 
 
+SYNC_LOG_PERIOD = 10.0  # how often a Device Manager waiting for the API server says so
+
+
+def recover(allocators: list[Allocator], view: PodView, stop: threading.Event, limit: float | None = None) -> bool:
+    """Restart recovery before any plugin registers (``Allocator.recover``): wait for the pod view's
+    first sync (saying so every ``SYNC_LOG_PERIOD``; an unread node is never advertised as free), then
+    rebuild every allocator's claims. False when ``stop`` was set, or ``limit`` seconds passed, first."""
+    deadline = None if limit is None else time.monotonic() + limit
+    said = time.monotonic()
+    while not view.wait_synced(0.5):
+        now = time.monotonic()
+        if stop.is_set() or (deadline is not None and now >= deadline):
+            return False
+        if now - said >= SYNC_LOG_PERIOD:
+            said = now
+            log.warning(
+                "the node's pods are not read from the API server yet; nothing is registered until what is "
+                "held is recovered from them (still waiting)"
+            )
+    for allocator in allocators:
+        while True:
+            try:
+                allocator.recover()
+                break
+            except RefusedError as exc:
+                log.warning("%s: restart recovery: %s", allocator.manufacturer.name, exc.message)
+                if stop.wait(1.0) or (deadline is not None and time.monotonic() >= deadline):
+                    return False
+    return not stop.is_set()
+
+
 def _reconcile_loop(allocators: list[Allocator], stop: threading.Event) -> None:
     while not stop.wait(RECONCILE_PERIOD):
         for allocator in allocators:
@@ -272,16 +308,26 @@ def _serve(req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threadi
         return 1
     stop = stop or threading.Event()
     restore = _handle_signals(stop)
-    log.warning("%s", IN_MEMORY_NOTE)
-    log.info("serving %s on node %s", ", ".join(s.resource for s in served.plugins.servers), opts.node_name)
+    log.info("%s", IN_MEMORY_NOTE)
     view.subscribe(release_on_event(list(served.allocators.values())))
     reconciler = threading.Thread(
         target=_reconcile_loop, args=(list(served.allocators.values()), stop), name="reconcile", daemon=True
     )
-    served.plugins.start()
-    reconciler.start()
     code = 0
     try:
+        limit = opts.once_registered_timeout if opts.once_registered else None
+        if not recover(list(served.allocators.values()), view, stop, limit):
+            if not stop.is_set():
+                print(
+                    f"gpustack-operator: error: the node's pods could not be read within {limit:.0f}s, so what is "
+                    "held cannot be recovered; nothing was registered",
+                    file=sys.stderr,
+                )
+                code = 1
+            return code
+        log.info("serving %s on node %s", ", ".join(s.resource for s in served.plugins.servers), opts.node_name)
+        served.plugins.start()
+        reconciler.start()
         if opts.once_registered:
             if not served.plugins.wait_registered(opts.once_registered_timeout):
                 missing = [s.resource for s in served.plugins.servers if s.registrations == 0]
@@ -296,7 +342,8 @@ def _serve(req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threadi
     finally:
         stop.set()
         served.plugins.stop()
-        reconciler.join(5)
+        if reconciler.is_alive():
+            reconciler.join(5)
         restore()
     log.info("stopped: every plugin socket this process created is removed")
     return code
