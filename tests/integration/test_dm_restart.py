@@ -20,9 +20,10 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,13 @@ from gpustack_operator.allocator.pods import ALLOCATED_ANNOTATION as ALLOCATED
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as dp
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2_grpc as dp_grpc
 
-from tests.conftest import BIN, host
+from tests.conftest import BIN, copy_host, host
 from tests.integration.test_kubelet_e2e import (
     GPU,
     NV_ENV,
     NV_VIS,
     NVIDIA_RESOURCES,
+    PARTITIONED,
     SHARED,
     SLICED,
     accelerator,
@@ -62,13 +64,15 @@ class Cluster:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    root: Path = field(default_factory=lambda: host("h100-sxm-8x"))
+    resources: tuple[str, ...] = tuple(NVIDIA_RESOURCES)
 
     def start(self, kill_at: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
         if kill_at:
             env[KILL_AT_ENV] = kill_at
         argv = [str(BIN / "gpustack-operator"), "device-manager", "serve", "-v=1", "--manufacturer", "nvidia"]
-        argv += ["--detect-root", str(host("h100-sxm-8x")), "--kube-socket", str(self.kubelet.socket)]
+        argv += ["--detect-root", str(self.root), "--kube-socket", str(self.kubelet.socket)]
         argv += ["--pod-resources-socket", str(self.kubelet.pod_resources_socket)]
         argv += ["--kube-api-server", self.api.url, "--node-name", NODE, "--host-write-root", str(self.write_root)]
         with self.log.open("a") as sink:
@@ -76,7 +80,7 @@ class Cluster:
             sink.flush()
             self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env)
         self.starts += 1
-        for resource in NVIDIA_RESOURCES:
+        for resource in self.resources:
             self.kubelet.wait_registered(resource, self.starts, timeout=REGISTER_TIMEOUT)
         # the restarted process's first device list has arrived (a killed plugin's tokens were all
         # marked Unhealthy by the kubelet until then)
@@ -239,3 +243,31 @@ def test_a_sigkill_at_each_step_of_allocate_grants_nothing_twice(cluster: Cluste
         with pytest.raises(AdmissionError) as err:
             cluster.kubelet.admit(pod, force={"main": {SLICED: [token]}})
         assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_partition_made_before_a_sigkill_is_owned_and_destroyed_with_its_pod(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Killed after the partition was materialised and recorded on the node, before the annotation
+    patch: the restarted process owns the instance from the node record, and destroys it once the
+    Pod is gone -- a MIG instance is never leaked."""
+    cluster.root = copy_host("a100-mig", tmp_path)  # the NVML stand-in records its instances in it
+    cluster.resources = (GPU, SHARED, SLICED, PARTITIONED, NV_VIS)
+    cluster.start(kill_at="after-reserve")
+    pod = cluster.pod("mig", [("main", {PARTITIONED: "1", f"{PARTITIONED}.mig-1g.10gb": "1"})])
+    with pytest.raises(AdmissionError):
+        cluster.kubelet.admit(pod)
+    cluster.wait_dead()
+    made = [p for p in cluster.root.rglob("*.instances")]
+    assert made and any(line.startswith("gi ") for line in made[0].read_text().splitlines())
+    assert cluster.annotation("mig") == {}  # the patch never happened
+
+    cluster.start()
+    assert "mig container main: partitioned on" in cluster.text()
+    assert "recovered from its node record" in cluster.text()
+    cluster.api.delete("default", "mig")  # the Pod is gone: its partition is destroyed on the event
+    for _ in range(300):
+        if not any(line.startswith("gi ") for line in made[0].read_text().splitlines()):
+            break
+        threading.Event().wait(0.1)  # poll the stand-in's instance file (a bounded wait, not a timing)
+    assert not any(line.startswith("gi ") for line in made[0].read_text().splitlines()), made[0].read_text()
