@@ -6,6 +6,7 @@
 #   pip/                    wheels downloaded for wheelhouses and the containers.podman collection
 #   ansible-core-<X.Y>-*/   the venv holding the lowest ansible-core the collection claims
 #   ansible-test-home/      ansible-test's ~/.ansible/test (get-pip stand-in, its requirement venvs)
+#   kube-local/<recipe>/    Kubernetes 1.20.2 + etcd binaries and busybox-static's .deb for tests/cluster (tests/tools/kube_local/provide.sh)
 #
 # GPUSTACK_TEST_CACHE chooses it; otherwise /var/cache/gpustack-accelerators-tests as root, else
 # ${XDG_CACHE_HOME:-~/.cache}/gpustack-accelerators-tests. Every entry is keyed by what it was made
