@@ -194,6 +194,14 @@ def test_fleet_report_is_the_packages_own_preflight_of_each_node(replica):
         assert entry["status"] == ("ok" if rc == 0 else "unavailable"), name
         assert normalized(entry["report"], NODES[name][0]) == normalized(expected, local), name
     statuses = [rc for rc, _, _ in replica.values()]
+    # degraded: a host with an RDMA link whose verdict is neither ok nor unverified, from the package's
+    # own documents (the h100 fixture's ib3 is down on purpose)
+    degraded = [
+        name
+        for name, (_, expected, _) in replica.items()
+        if any(c["state"] not in ("ok", "unverified") for c in (expected.get("network") or {}).get("checks", []))
+    ]
+    assert degraded, "the fixtures' deliberately failed RDMA link is gone: this assertion checks nothing"
     assert doc["summary"] == {
         "hosts": 3,
         "ok": statuses.count(0),
@@ -201,7 +209,9 @@ def test_fleet_report_is_the_packages_own_preflight_of_each_node(replica):
         "unreachable": 0,
         "failed": 0,
         "mismatch": 0,
+        "degraded": len(degraded),
     }
+    assert sorted(name for name, entry in doc["hosts"].items() if entry.get("degraded")) == sorted(degraded)
 
 
 def test_report_shows_what_each_node_was_set_up_for():
