@@ -8,7 +8,9 @@ server over a unix socket, measured in the same run; never asserted in tests.
   the test suite's kubelet and API-server stand-ins over a unix socket and loopback HTTP;
 - ``GetPreferredAllocation`` p50 against the echo's;
 - how long a ledger change takes to reach a ``ListAndWatch`` stream;
-- ``device-manager serve`` RSS with all nine backends registered.
+- ``device-manager serve`` RSS with all nine backends registered;
+- (``bench/durable_bench.py``, issue 18) ``Allocate`` through the watch-backed pod view and the durable
+  annotation PATCH against the echo plus one PATCH, and Pod deleted -> tokens Healthy on the stream.
 
 Run: python bench/allocate_bench.py [--calls 2000]
 """
@@ -89,6 +91,9 @@ def main() -> int:
             # the echo carries the very request bytes each plugin call carries, in calls interleaved
             # with the plugin's (the same machine noise hits both)
             plugin_bench.run(Path(tmp), args.calls, lambda payload: stub(payload, timeout=5), line)
+            from bench import durable_bench  # noqa: PLC0415 (issue 18: the watch view and the annotation)
+
+            durable_bench.run(Path(tmp), min(args.calls, 500), lambda payload: stub(payload, timeout=5), line)
         finally:
             channel.close()
             server.stop(0)
