@@ -126,3 +126,6 @@ def device_manager(cluster: KubeCluster) -> Iterator[Callable[[Path, str], Devic
         out = dm.output()
         assert code in (0, -signal.SIGKILL), f"dm serve exit {code}:\n{out[-3000:]}"
         assert "Traceback" not in out, out[-3000:]
+    plugin_dir = cluster.device_plugin_socket.parent
+    left = sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith(("gpustack-", ".gpustack-")))
+    assert left == [], f"plugin sockets left behind in {plugin_dir}: {left}"

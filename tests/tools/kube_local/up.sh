@@ -52,14 +52,16 @@ wait_for() { # wait_for SECONDS DESC CMD...
   echo "up.sh: timed out waiting for $d (logs in $S/log)" >&2; return 1
 }
 
-# ---- credentials (token auth, RBAC; the token is system:masters)
+# ---- credentials (token auth, RBAC; the token is system:masters). TLS is verified: the API server
+#      writes its self-signed certificate (127.0.0.1 among its names) to certs/apiserver.crt at start,
+#      before any client reads this kubeconfig
 openssl genrsa -out "$S/certs/sa.key" 2048 2>/dev/null
 openssl rsa -in "$S/certs/sa.key" -pubout -out "$S/certs/sa.pub" 2>/dev/null
 echo "$TOKEN,admin,admin,system:masters" >"$S/certs/tokens.csv"
 cat >"$S/kubeconfig" <<KC
 apiVersion: v1
 kind: Config
-clusters: [{name: local, cluster: {server: "https://127.0.0.1:$P_API", insecure-skip-tls-verify: true}}]
+clusters: [{name: local, cluster: {server: "https://127.0.0.1:$P_API", certificate-authority: "$S/certs/apiserver.crt"}}]
 users: [{name: admin, user: {token: $TOKEN}}]
 contexts: [{name: local, context: {cluster: local, user: admin}}]
 current-context: local
