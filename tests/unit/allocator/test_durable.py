@@ -230,3 +230,16 @@ def test_a_partition_only_the_kubelet_names_is_reported_unrecoverable(tmp_path: 
     kubelet = [KubeletPod("default", "m", (KubeletContainer("main", {PARTITIONED: ("x",)}),))]
     claims, problems = recovery.claims_from_kubelet(kubelet, [p], alloc.names, alloc._ledger.cards, {})
     assert claims == [] and "cannot be rebuilt" in problems[0]
+
+
+def test_a_given_back_slice_is_not_recovered_from_its_node_record(tmp_path: Path) -> None:
+    spec = [pod("s", [sliced_ctr("main", "50")], uid="u9")]
+    recorder = FakeRecorder(fail=2)  # the patch and the given-back annotation's patch both fail
+    first = with_recorder(tmp_path, FakePods(pods=list(spec)), recorder)
+    with pytest.raises(RefusedError):
+        first.allocate(SLICED, [[token(G, "GPU-1", 2)]])
+    record = json.loads((tmp_path / "var/lib/gpustack/operator/pods/u9/allocation.json").read_text())
+    assert record["manufacturer"] == "nvidia" and record["allocated"] == {}  # still the Pod's, names nothing
+    restarted, _, _ = make_allocator(tmp_path, two_cards(), FakePods(pods=list(spec)))
+    restarted.recover()
+    assert restarted.claims() == []

@@ -451,6 +451,7 @@ class Allocator:
         with self._lock:
             for entry in reversed(done):
                 self._give_back(entry.key, entry.prior, entry.created)
+            self._given_back(done)
             self._bump()
             after = self.annotation_value(pod)
         log.warning("%s: %s; the allocation is given back", self.manufacturer.name, error)
@@ -523,6 +524,7 @@ class Allocator:
             except BaseException:
                 for entry in reversed(done):
                     self._give_back(entry.key, entry.prior, entry.created)
+                self._given_back(done)
                 self._bump()
                 raise
             self._bump()
@@ -911,6 +913,7 @@ class Allocator:
             if c.pod_uid == pod.uid and c.family in (Family.SLICED, Family.PARTITIONED)
         ]
         if not held:
+            self._forget_record_entries(pod)
             return
         accelerators = sorted({a for c in held for a in c.accelerators})
         record = AllocatedRecord(
@@ -928,6 +931,28 @@ class Allocator:
             )
         except HostPathError as exc:
             log.error("%s: the allocation record of %s could not be written: %s", self.manufacturer.name, pod.key, exc)
+
+    def _forget_record_entries(self, pod: PodSpec) -> None:
+        """After a give-back left the Pod nothing sliced or partitioned here: its record keeps naming
+        the Pod (the sweep still reclaims the working directory once the Pod is gone) but no longer
+        names a claim, so a restart does not recover what was given back."""
+        path = f"{self._ctx.pod_dir(pod.uid)}/allocation.json"
+        try:
+            raw = self._ctx.host.read_optional(path)
+            record = AllocatedRecord.model_validate_json(raw) if raw else None
+            if record is None or record.manufacturer != self.manufacturer.name or not record.allocated:
+                return
+            record.allocated = {}
+            self._ctx.host.write_text(path, record.model_dump_json(by_alias=True, exclude_none=True) + "\n")
+        except (HostPathError, ValidationError) as exc:
+            log.error(
+                "%s: the allocation record of %s could not be rewritten: %s", self.manufacturer.name, pod.key, exc
+            )
+
+    def _given_back(self, done: list[_Done]) -> None:
+        """The node records of the Pods a give-back touched follow the ledger."""
+        for pod in {e.pod.uid: e.pod for e in done}.values():
+            self._write_record(pod)  # names what is still held, or nothing (_forget_record_entries)
 
     # -- release and recovery -----------------------------------------------------------------------
 
