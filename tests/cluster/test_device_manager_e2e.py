@@ -184,7 +184,8 @@ def test_serve_killed_with_a_pod_running_recovers_and_grants_nothing_twice(
 ) -> None:
     """``serve`` ends by SIGKILL while a pod holds the card; the one started next rebuilds the
     holding (the Pod's annotation, the kubelet's pod-resources List) before it registers, so the card's
-    other families stay withdrawn and no pod is granted it a second time."""
+    other families stay withdrawn and no pod is granted it a second time; the holder deleted, the
+    pod watch releases the recovered grant without waiting for another Allocate."""
     root = host("rtx4090")
     card = the_card(root)
     first = device_manager(root, "nvidia")
@@ -208,3 +209,10 @@ def test_serve_killed_with_a_pod_running_recovers_and_grants_nothing_twice(
         assert status.reason, status
     assert phase(cluster, "holder").phase == "Running"
     assert cluster.container_env("holder")[NV_ENV] == card["uuid"]
+
+    # the holder deleted: the pod watch releases the recovered grant, the card's other families return
+    cluster.core().delete_namespaced_pod("holder", "default", grace_period_seconds=0)
+    serving(cluster, second, {SHARED: "10", SLICED: str(card["slices"])})
+    create(cluster, "shared-after", {SHARED: "1"})
+    running(cluster, "shared-after")
+    assert cluster.container_env("shared-after")[NV_ENV] == card["uuid"]
