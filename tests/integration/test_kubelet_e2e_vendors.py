@@ -461,7 +461,9 @@ def test_metax_sgpu_slice_is_injected_and_destroyed_once_its_pod_is_gone(
     (registry / "destroy").write_text("")
     node.gone(uid)
     wait_until(lambda: (registry / "destroy").read_text() == f"{index}\n", f"sgpu{index} to be destroyed")
-    assert not (node.write_root / "var/lib/gpustack/operator/pods" / uid).exists()
+    # the working directory goes right after the destroy, on the same release (the watch's event)
+    gone = node.write_root / "var/lib/gpustack/operator/pods" / uid
+    wait_until(lambda: not gone.exists(), f"{gone} to be removed")
     assert (node.write_root / "var/lib/gpustack/operator/pods" / uid2).exists()  # the live Pod keeps its record
 
 
