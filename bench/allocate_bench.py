@@ -94,6 +94,7 @@ def main() -> int:
             from bench import durable_bench  # noqa: PLC0415 (issue 18: the watch view and the annotation)
 
             durable_bench.run(Path(tmp), min(args.calls, 500), lambda payload: stub(payload, timeout=5), line)
+            durable_bench.bench_restart(Path(tmp))
         finally:
             channel.close()
             server.stop(0)

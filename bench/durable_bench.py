@@ -282,3 +282,72 @@ def _bench_release(  # noqa: PLR0917
         p50, p99, worst = (percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3, max(latencies) * 1e3)
         name = "Pod deleted -> shared tokens Healthy"
         print(f"{name:<44} p50 {p50:7.3f} ms   p99 {p99:7.3f} ms   max {worst:7.3f} ms ({len(latencies)} of {rounds})")
+
+
+def bench_restart(tmp: Path, pods: int = 110, holders: int = 8) -> None:
+    """``dm serve`` started (as after a crash) on a node with ``pods`` Pods, ``holders`` of them holding
+    a card by their annotation: from the process start to every pool registered with its first device
+    list showing the held cards' shared tokens Unhealthy (the ledger rebuilt before registering)."""
+    import json as _json  # noqa: PLC0415
+
+    from gpustack_operator.allocator.ledger import AllocatedEntry, render_allocated  # noqa: PLC0415
+    from gpustack_operator.manufacturers.respond import Family  # noqa: PLC0415
+
+    from tests.conftest import BIN, host  # noqa: PLC0415
+    from tests.kube.apiserver import pod_manifest  # noqa: PLC0415
+    from tests.kubelet.standin import KubeletStandIn  # noqa: PLC0415
+
+    root = host("h100-sxm-8x")
+    groups = _json.loads(
+        subprocess.run(
+            [str(BIN / "gpustack-operator"), "dm", "detect", "--detect-root", str(root), "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )["groups"]
+    group = groups[0]
+    cards = [a["id"] for a in group["accelerators"]][:holders]
+    api = ApiProcess()
+    write_root = tmp / "restart-host"
+    write_root.mkdir()
+    try:
+        for n in range(pods):
+            annotations = None
+            if n < holders:
+                token = f"{group['id']}:{cards[n]}:0000"
+                entry = AllocatedEntry(
+                    manufacturer="nvidia", mode=Family.EXCLUSIVE, accelerators=[cards[n]], devices=[token]
+                )
+                annotations = {"device.gpustack.ai/accelerator.allocated": render_allocated({"main": entry})}
+            limits = {"nvidia.com/gpu": "1"} if n < holders else {}
+            api.add_pod(pod_manifest(f"p{n}", node_name=NODE, containers=[("main", limits)], annotations=annotations))
+        with KubeletStandIn(tmp / "restart-dp", tmp / "restart-pr" / "kubelet.sock") as kubelet:
+            argv = [
+                str(BIN / "gpustack-operator"),
+                "dm",
+                "serve",
+                "--manufacturer",
+                "nvidia",
+                "--detect-root",
+                str(root),
+            ]
+            argv += ["--kube-socket", str(kubelet.socket), "--pod-resources-socket", str(kubelet.pod_resources_socket)]
+            argv += ["--kube-api-server", api.url, "--node-name", NODE, "--host-write-root", str(write_root)]
+            start = time.perf_counter()
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                shared = "nvidia.com/gpu.shared"
+                kubelet.wait_for(shared, bool, timeout=60)  # the first device list arrived
+                ready = time.perf_counter() - start
+                unhealthy = {t.split(":", 1)[1].rsplit(":", 1)[0] for t in kubelet.unhealthy(shared)}
+                held = "every held card Unhealthy" if unhealthy == set(cards) else f"held {sorted(unhealthy)}"
+                print(
+                    f"{'restart -> registered, ledger rebuilt':<44} {ready * 1e3:8.0f} ms "
+                    f"({pods} Pods, {holders} holders: {held}; includes detection and imports)"
+                )
+            finally:
+                proc.terminate()
+                proc.wait(30)
+    finally:
+        api.close()
