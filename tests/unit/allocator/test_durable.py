@@ -243,3 +243,45 @@ def test_a_given_back_slice_is_not_recovered_from_its_node_record(tmp_path: Path
     restarted, _, _ = make_allocator(tmp_path, two_cards(), FakePods(pods=list(spec)))
     restarted.recover()
     assert restarted.claims() == []
+
+
+def test_each_annotation_is_parsed_once_per_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpustack_operator.allocator import core
+
+    calls: list[str] = []
+    real = core.parse_allocated
+
+    def counting(raw: str | None) -> dict[str, AllocatedEntry]:
+        calls.append(raw or "")
+        return real(raw)
+
+    monkeypatch.setattr(core, "parse_allocated", counting)
+    entry = AllocatedEntry(
+        manufacturer="nvidia", mode=Family.EXCLUSIVE, accelerators=["GPU-0"], devices=[token(G, "GPU-0")]
+    )
+    value = render_allocated({"main": entry})
+    pods = FakePods(
+        pods=[
+            pod("p", [ctr("main", {BASE: "1"})], uid="u1", phase="Running", annotations={ALLOCATED_ANNOTATION: value})
+        ]
+    )
+    alloc, _, _ = make_allocator(tmp_path, two_cards(), pods)
+    for _ in range(3):
+        alloc.reconcile()
+    assert calls == [value]
+    assert [c.accelerators for c in alloc.claims()] == [("GPU-0",)]
+    other = render_allocated(
+        {"side": entry.model_copy(update={"accelerators": ["GPU-1"], "devices": [token(G, "GPU-1")]})}
+    )
+    pods.pods = [
+        pod(
+            "p",
+            [ctr("main", {BASE: "1"}), ctr("side", {BASE: "1"})],
+            uid="u1",
+            phase="Running",
+            annotations={ALLOCATED_ANNOTATION: other},
+        )
+    ]
+    alloc.reconcile()
+    assert calls == [value, other]  # a new value is read again
+    assert sorted(c.container for c in alloc.claims()) == ["main", "side"]
