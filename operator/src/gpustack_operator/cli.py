@@ -25,6 +25,7 @@ from gpustack_operator.manufacturers.base import ModeError
 from gpustack_operator.settings import SettingsError
 
 if TYPE_CHECKING:  # preflight's modules load with the command that needs them
+    from gpustack_operator.deviceplugin.manager import ManagerOptions
     from gpustack_operator.preflight.models import Group, Report
 
 NO_FAST_FAILED_HELP = (
@@ -383,6 +384,128 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--once-registered",
         action="store_true",
         help="exit 0 once every plugin has registered with the kubelet (a smoke test), 1 if one has not in 60 s",
+    )
+    _add_manager_flags(serve)
+
+
+SERVE_NO_FAST_FAILED_HELP = (
+    "publish an empty first detection instead of holding it back and repeating it every period (only when "
+    "--manufacturer names exactly one; neither setting ends the process)"
+)
+
+
+def _add_manager_flags(serve: argparse.ArgumentParser) -> None:
+    """The detection loop's and the health endpoint's flags (supplement §3.5; deviceplugin/manager.py)."""
+    serve.add_argument("--no-fast-failed", action="store_true", help=SERVE_NO_FAST_FAILED_HELP)
+    serve.add_argument(
+        "--monitor-period",
+        type=_duration_arg("--monitor-period"),
+        default=15.0,
+        metavar="DURATION",
+        help="how often the node is detected again (a Go duration such as 15s or 1m, or seconds; default 15s)",
+    )
+    serve.add_argument(
+        "--secure-port",
+        type=_port_arg,
+        default=32443,
+        metavar="PORT",
+        help="the HTTPS port of /readyz and /livez (default 32443; 0: any free port, logged)",
+    )
+    serve.add_argument(
+        "--bind-address",
+        type=_bind_address_arg,
+        default="0.0.0.0",
+        metavar="IP",
+        help="the address /readyz and /livez are served on (default 0.0.0.0)",
+    )
+    serve.add_argument(
+        "--cert-dir",
+        metavar="DIR",
+        help="the directory holding tls.crt and tls.key for /readyz and /livez (neither there: a self-signed pair "
+        "is generated into it; not given: into a private temporary directory)",
+    )
+    serve.add_argument(
+        "--kube-conn-qps",
+        type=_positive_arg("--kube-conn-qps", float),
+        default=200.0,
+        metavar="QPS",
+        help="API-server requests per second the Device Manager allows itself (default 200)",
+    )
+    serve.add_argument(
+        "--kube-conn-burst",
+        type=_positive_arg("--kube-conn-burst", int),
+        default=400,
+        metavar="N",
+        help="API-server requests allowed in a burst (default 400)",
+    )
+    serve.add_argument(
+        "--kube-conn-timeout",
+        type=_duration_arg("--kube-conn-timeout"),
+        default=300.0,
+        metavar="DURATION",
+        help="the API-server request timeout (default 5m; the detection loop's own requests use at most 10s)",
+    )
+
+
+def _duration_arg(flag: str) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        from gpustack_operator.deviceplugin.manager import ManagerUsageError, parse_duration  # noqa: PLC0415
+
+        try:
+            return parse_duration(value, flag)
+        except ManagerUsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag} ")) from None
+
+    return parse
+
+
+def _positive_arg(flag: str, kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            number = kind(value.strip())
+        except ValueError:
+            what = "a whole number (e.g. 400)" if kind is int else "a number (e.g. 200)"
+            raise argparse.ArgumentTypeError(f"{_shown(value)} is not {what}") from None
+        if not (0 < number < float("inf")):
+            raise argparse.ArgumentTypeError(f"{_shown(value)} must be greater than 0")
+        return number
+
+    return parse
+
+
+def _port_arg(value: str) -> int:
+    try:
+        port = int(value.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not a port number: give 1-65535") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port: give 1-65535 (0: any free port)")
+    return port
+
+
+def _bind_address_arg(value: str) -> str:
+    from gpustack_operator.deviceplugin.manager import ManagerUsageError, check_bind_address  # noqa: PLC0415
+
+    try:
+        return check_bind_address(value)
+    except ManagerUsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--bind-address ")) from None
+
+
+def manager_options(args: argparse.Namespace) -> ManagerOptions:
+    """``dm serve``'s loop and health flags as :class:`~gpustack_operator.deviceplugin.manager.ManagerOptions`
+    (raises ``ManagerUsageError``, a ``ValueError`` naming the flag)."""
+    from gpustack_operator.deviceplugin.manager import ManagerOptions  # noqa: PLC0415
+
+    return ManagerOptions(
+        monitor_period=args.monitor_period,
+        no_fast_failed=args.no_fast_failed,
+        secure_port=args.secure_port,
+        bind_address=args.bind_address,
+        cert_dir=args.cert_dir,
+        kube_conn_qps=args.kube_conn_qps,
+        kube_conn_burst=int(args.kube_conn_burst),
+        kube_conn_timeout=args.kube_conn_timeout,
     )
 
 
