@@ -640,3 +640,16 @@ def test_a_failed_sync_is_not_taken_for_the_keys_written_before_it() -> None:
     r.capacity.fail = None
     r.manager.run_pass()  # the first budget again: the Node may hold either, so it is synced
     assert len(r.capacity.calls) == 3 and r.capacity.calls[2] == r.capacity.calls[0]
+
+
+def test_make_sinks_owns_every_asked_manufacturers_keys_and_bounds_requests() -> None:
+    import kubernetes.client
+    from gpustack_operator.deviceplugin.manager import make_sinks
+    from gpustack_operator.kube.nodestatus import NodeCapacityWriter
+    from gpustack_operator.kube.publish import Publisher as RealPublisher
+
+    req = api.make_request(str(host("h100-sxm-8x")), ["nvidia", "amd"])
+    capacity, publisher = make_sinks(kubernetes.client.ApiClient(), "h100", req, ManagerOptions(kube_conn_timeout=3.0))
+    assert isinstance(capacity, NodeCapacityWriter) and isinstance(publisher, RealPublisher)
+    assert capacity.bases == ["amd.com/gpu", "nvidia.com/gpu"]
+    assert capacity.timeout == 3.0 and publisher.timeout == 3.0

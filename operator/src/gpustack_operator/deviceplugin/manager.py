@@ -583,11 +583,25 @@ class DeviceManager:
                     log.exception("publishing a ledger change failed")
 
 
+def make_sinks(client: Any, node: str, req: api.Request, opts: ManagerOptions) -> tuple[CapacitySink, PublishSink]:
+    """The real sinks on one API client: the Node's capacity-key writer (owning the capacity keys of every
+    manufacturer asked about, served or not) and the NodeFeature / ``Devices`` publisher, each request
+    bounded by :attr:`ManagerOptions.request_timeout`. No API call is made here."""
+    from gpustack_operator.allocator.capacity import names_of  # noqa: PLC0415
+    from gpustack_operator.kube.nodestatus import NodeCapacityWriter  # noqa: PLC0415 -- the kubernetes client
+    from gpustack_operator.kube.publish import Publisher  # noqa: PLC0415
+
+    bases = [names_of(r).base for r in req.resolved.values()]
+    timeout = opts.request_timeout
+    return NodeCapacityWriter(client, node, bases, timeout=timeout), Publisher(client, node, timeout=timeout)
+
+
 __all__ = [
     "DeviceManager",
     "ManagerOptions",
     "ManagerUsageError",
     "check_bind_address",
+    "make_sinks",
     "merge_known",
     "parse_duration",
 ]
