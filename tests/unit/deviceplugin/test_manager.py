@@ -653,3 +653,26 @@ def test_make_sinks_owns_every_asked_manufacturers_keys_and_bounds_requests() ->
     assert isinstance(capacity, NodeCapacityWriter) and isinstance(publisher, RealPublisher)
     assert capacity.bases == ["amd.com/gpu", "nvidia.com/gpu"]
     assert capacity.timeout == 3.0 and publisher.timeout == 3.0
+
+
+def test_readiness_does_not_wait_for_a_pass_in_progress() -> None:
+    import threading
+
+    first = h100()
+    entered, release = threading.Event(), threading.Event()
+    r = rig(first)
+
+    def slow_build(names: list[str], result: NodeDetection) -> None:
+        entered.set()
+        release.wait(30)  # serve recovering from a slow API server
+
+    r.manager.on_detected = slow_build
+    worker = threading.Thread(target=r.manager.run_pass)
+    worker.start()
+    try:
+        assert entered.wait(30)
+        ready, why = r.manager.ready()  # answered while the pass holds the loop's lock
+        assert (ready, why) == (False, "the first pass is not published yet (in progress)")
+    finally:
+        release.set()
+        worker.join(30)

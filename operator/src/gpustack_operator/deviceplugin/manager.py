@@ -504,13 +504,15 @@ class DeviceManager:
         self._registered = check
 
     def ready(self) -> tuple[bool, str]:
-        with self._lock:
-            if self.held_back is not None and self.accepted == 0:
-                return False, self.held_back
-            if self.accepted == 0:
-                return False, "no detection pass has completed yet"
-            if not self._published_once:
-                return False, f"the first pass is not published yet ({self._sink_error or 'not tried'})"
+        # No lock: a pass holds it through its API calls and serve's build, and a probe must not wait on
+        # them. Each field read is one attribute load; a probe racing a pass sees the one before or after.
+        held_back, accepted, published, error = self.held_back, self.accepted, self._published_once, self._sink_error
+        if held_back is not None and accepted == 0:
+            return False, held_back
+        if accepted == 0:
+            return False, "no detection pass has completed yet"
+        if not published:
+            return False, f"the first pass is not published yet ({error or 'in progress'})"
         try:
             registered = self._registered()
         except Exception as exc:
