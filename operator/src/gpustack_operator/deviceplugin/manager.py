@@ -44,7 +44,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -282,7 +282,7 @@ class DeviceManager:
         req: api.Request,
         opts: ManagerOptions,
         *,
-        allocators: MutableMapping[str, AllocatorLike] | None = None,
+        allocators: Mapping[str, AllocatorLike] | None = None,
         on_detected: OnDetected | None = None,
         capacity: CapacitySink | None = None,
         publisher: PublishSink | None = None,
@@ -291,7 +291,7 @@ class DeviceManager:
     ) -> None:
         self.req = req
         self.opts = opts
-        self.allocators: MutableMapping[str, AllocatorLike] = allocators if allocators is not None else {}
+        self.allocators: Mapping[str, AllocatorLike] = allocators if allocators is not None else {}
         self.on_detected = on_detected
         self.capacity = capacity
         self.publisher = publisher
