@@ -423,7 +423,7 @@ class _DroppedError(Exception):
 class _Event:
     rv: int
     type: str
-    pod: dict[str, Any]
+    pod: Any  # the Pod; for inject(), the raw event
 
 
 class APIServerStandIn:
@@ -623,6 +623,13 @@ class APIServerStandIn:
             self._drops += 1
             self._cond.notify_all()
 
+    def inject(self, event: Any) -> None:
+        """Send ``event`` (any JSON value) as-is, as one line, on every open watch (a malformed or
+        hostile event, which the real server never sends)."""
+        with self._cond:
+            self._events.append(_Event(int(self._bump()), "RAW", event))
+            self._cond.notify_all()
+
     def drop_watches(self) -> None:
         """Cut every open watch connection (the client sees its stream end without the last chunk)."""
         with self._cond:
@@ -784,7 +791,9 @@ class APIServerStandIn:
                     continue
             for event in pending:
                 since = event.rv
-                if match(event.pod):
+                if event.type == "RAW":
+                    yield event.pod
+                elif match(event.pod):
                     yield {"type": event.type, "object": copy.deepcopy(event.pod)}
 
     def create(self, namespace: str, body: Any) -> dict[str, Any]:

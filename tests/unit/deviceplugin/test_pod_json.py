@@ -94,3 +94,24 @@ def test_a_bad_field_is_named() -> None:
         assert "spec.containers[0].env" in str(exc)
     else:
         raise AssertionError("a string env was read")
+
+
+events = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "X"])},
+        optional={"object": st.one_of(json_values, pod_like)},
+    ),
+)
+
+
+@given(st.lists(events, max_size=8))
+def test_any_watch_event_is_applied_or_skipped_never_raised(batch: list[Any]) -> None:
+    from gpustack_operator.allocator.pods import PodSpec
+    from gpustack_operator.kube.podwatch import PodWatch
+
+    watch = PodWatch(kubernetes.client.ApiClient(kubernetes.client.Configuration(host="http://127.0.0.1:9")), "n")
+    watch._synced.set()
+    for event in batch:
+        watch._apply(event)
+    assert all(isinstance(p, PodSpec) and p.uid for p in watch.node_pods())

@@ -211,3 +211,26 @@ def test_refresh_merges_a_list_without_bringing_back_a_deleted_pod(
     assert w.names() == ["a"] and w.watch.lists == 2
     api.fail(503, count=1, when=lambda r: "watch" not in r.query)
     assert not w.watch.refresh()
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "ERROR", "object": {"kind": "Status"}},  # no code
+        {"type": "ADDED"},  # no object
+        {"type": "MODIFIED", "object": {"metadata": {"uid": 7}}},  # not a Pod
+        {"type": "SURPRISE", "object": {}},
+        [1, 2, 3],
+        "text",
+    ],
+)
+def test_a_malformed_event_is_no_traceback_and_the_watch_carries_on(
+    api: APIServerStandIn, watched: Callable[..., Watched], event: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    add(api, "a")
+    w = watched()
+    w.wait_view(lambda n: n == ["a"])
+    api.inject(event)
+    add(api, "b")
+    w.wait_view(lambda n: n == ["a", "b"])
+    assert not any(r.exc_info for r in caplog.records), [r.getMessage() for r in caplog.records]

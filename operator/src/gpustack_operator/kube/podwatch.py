@@ -10,7 +10,8 @@ last ``resourceVersion`` it saw:
   that end at once without an event counts as a failure too, so a server that closes every watch is
   never hammered;
 - ``410 Gone`` (the version was compacted: an HTTP 410 or a watch ``ERROR`` event carrying 410) lists
-  again and watches from the new list's version, reporting every Pod the gap removed.
+  again and watches from the new list's version, reporting every Pod the gap removed; so does an event
+  the client's reader cannot read at all (resuming would read it again), after the backoff.
 
 :meth:`PodWatch.node_pods` answers from the cache without a round trip. Before the first list has
 succeeded it waits up to ``sync_timeout`` and then raises
@@ -203,6 +204,10 @@ class PodWatch:
                 log.info("the watch of node %s's pods expired (%s); listing again", self.node, exc)
                 self._rv = ""
                 continue
+            except _MalformedError as exc:  # resuming would read it again: list, then watch past it
+                self._rv = ""
+                self._backoff(self._failed(f"{exc}; listing again"), delay)
+                delay = min(delay * 2, self.backoff_max)
             except (PodsUnavailableError, _QuickEndError) as exc:
                 self._backoff(str(exc), delay)
                 delay = min(delay * 2, self.backoff_max)
@@ -322,6 +327,8 @@ class PodWatch:
             if exc.status == HTTP_GONE:
                 raise _ExpiredError(f"HTTP 410 {exc.reason}".strip()) from None
             raise
+        except (KeyError, TypeError, AttributeError) as exc:  # the client's reader on a malformed event
+            raise _MalformedError(f"a malformed watch event ({type(exc).__name__}: {exc})") from None
         finally:
             self._watch = None
         return applied
@@ -402,6 +409,10 @@ class PodWatch:
                     callback(note)
                 except Exception:
                     log.exception("handling pod %s %s failed", note.pod.key, note.why)
+
+
+class _MalformedError(Exception):
+    """An event the client's watch reader could not read (no type, no object, an ERROR without a code)."""
 
 
 class _QuickEndError(Exception):
