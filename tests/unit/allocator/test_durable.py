@@ -285,3 +285,34 @@ def test_each_annotation_is_parsed_once_per_value(tmp_path: Path, monkeypatch: p
     alloc.reconcile()
     assert calls == [value, other]  # a new value is read again
     assert sorted(c.container for c in alloc.claims()) == ["main", "side"]
+
+
+def test_a_give_back_is_retried_until_it_lands_and_a_landed_record_is_not_recovered(tmp_path: Path) -> None:
+    """Supplement §1.8 rule 8: the patch timed out but landed (the view shows it), and the first
+    give-back patches fail: the given-back claim is not recovered from that record, and the give-back
+    is retried in the background until it lands."""
+    landed = threading.Event()
+
+    @dataclass
+    class Flaky(FakeRecorder):
+        def record(self, pod: PodSpec, value: str | None) -> None:
+            super().record(pod, value)
+            landed.set()
+
+    recorder = Flaky(fail=3)  # the patch, the immediate give-back, the first background retry
+    pods = FakePods(pods=[pod("p", [ctr("main", {BASE: "1"})], uid="u1")])
+    alloc = with_recorder(tmp_path, pods, recorder)
+    with pytest.raises(RefusedError):
+        alloc.allocate(BASE, [[token(G, "GPU-0")]])
+    tried = render_allocated(
+        {
+            "main": AllocatedEntry(
+                manufacturer="nvidia", mode=Family.EXCLUSIVE, accelerators=["GPU-0"], devices=[token(G, "GPU-0")]
+            )
+        }
+    )
+    pods.pods = [pod("p", [ctr("main", {BASE: "1"})], uid="u1", annotations={ALLOCATED_ANNOTATION: tried})]
+    alloc.reconcile()
+    assert alloc.claims() == []  # the landed record of a given-back claim is not recovered
+    assert landed.wait(10), "the give-back was not retried"
+    assert recorder.written == [("u1", None)]  # the annotation as it stands: nothing held

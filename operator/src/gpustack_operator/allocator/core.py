@@ -236,6 +236,8 @@ class Allocator:
         self._node = node_name
         self._recorder = recorder
         self._parsed: dict[str, tuple[str, dict[str, AllocatedEntry]]] = {}  # uid -> (annotation, entries)
+        self._patch_lock = threading.Lock()
+        self._stale: dict[str, str] = {}  # uid -> an annotation value a failed patch may have left
         self._cond = threading.Condition()
         self._version = 0
         self._groups: list[DevicesGroup] = [g.model_copy(deep=True) for g in groups]
@@ -439,13 +441,18 @@ class Allocator:
         for entry in done:
             pods.setdefault(entry.pod.uid, entry.pod)
         for pod in pods.values():
-            value = self.annotation_value(pod)
-            if value == pod.annotations.get(ALLOCATED_ANNOTATION):
-                continue  # already recorded (a retried call, or a grant the annotation does not carry)
-            try:
-                self._recorder.record(pod, value)
-            except AnnotationWriteError as exc:
-                self._record_failed(done, pod, value, str(exc))
+            error = ""
+            with self._patch_lock:  # patches of this allocator in the order their values were computed
+                value = self.annotation_value(pod)
+                if value == pod.annotations.get(ALLOCATED_ANNOTATION):
+                    continue  # already recorded (a retried call, or a grant the annotation does not carry)
+                try:
+                    self._recorder.record(pod, value)
+                    self._stale.pop(pod.uid, None)
+                except AnnotationWriteError as exc:
+                    error = str(exc)
+            if error:
+                self._record_failed(done, pod, value, error)
             kill_point("after-patch")
 
     def _record_failed(self, done: list[_Done], pod: PodSpec, tried: str | None, error: str) -> NoReturn:
@@ -453,20 +460,55 @@ class Allocator:
             for entry in reversed(done):
                 self._give_back(entry.key, entry.prior, entry.created)
             self._given_back(done)
+            # a timed-out patch may have landed: that value is never recovered from
+            if tried is not None:
+                self._stale[pod.uid] = tried
             self._bump()
-            after = self.annotation_value(pod)
         log.warning("%s: %s; the allocation is given back", self.manufacturer.name, error)
-        if after != tried and self._recorder is not None:
-            try:  # a timed-out patch may have landed after all: write what is held now
-                self._recorder.record(pod, after)
-            except AnnotationWriteError as exc:
-                log.warning("%s: the given-back annotation was not written either: %s", self.manufacturer.name, exc)
+        if not self._write_given_back(pod):
+            threading.Thread(
+                target=self._retry_given_back, args=(pod,), name=f"give-back {pod.key}", daemon=True
+            ).start()
         labels = ", ".join(sorted({f"{e.pod.key} container {e.key[1]}" for e in done}))
         raise RefusedError(
             f"{labels}: the allocation could not be recorded on the Pod ({error}); the reservation is given back "
             "and the kubelet retries",
             Code.UNAVAILABLE,
         )
+
+    def _write_given_back(self, pod: PodSpec) -> bool:
+        """Write the annotation as it stands after a give-back; False when the patch failed."""
+        if self._recorder is None:
+            return True
+        with self._patch_lock:
+            after = self.annotation_value(pod)
+            try:
+                self._recorder.record(pod, after)
+            except AnnotationWriteError as exc:
+                log.warning("%s: the given-back annotation was not written: %s", self.manufacturer.name, exc)
+                return False
+            self._stale.pop(pod.uid, None)
+            return True
+
+    def _retry_given_back(self, pod: PodSpec, initial: float = 0.5, limit: float = 30.0) -> None:
+        """Rule 8: the give-back is retried until it lands or the Pod is gone (backoff ``initial``
+        doubling to ``limit``)."""
+        delay = initial
+        while True:
+            threading.Event().wait(delay)
+            delay = min(delay * 2, limit)
+            try:
+                current = next((p for p in self._pods.node_pods() if p.uid == pod.uid), None)
+            except PodsUnavailableError:
+                continue
+            if current is None:
+                with self._lock:
+                    self._stale.pop(pod.uid, None)
+                log.info("%s: %s is gone; its given-back annotation no longer matters", self.manufacturer.name, pod.key)
+                return
+            if self._write_given_back(current):
+                log.info("%s: the given-back annotation of %s is written", self.manufacturer.name, pod.key)
+                return
 
     def annotation_value(self, pod: PodSpec) -> str | None:
         """The annotation ``pod`` should carry: this allocator's claims, beside other manufacturers'
@@ -1068,8 +1110,8 @@ class Allocator:
             self._parsed = {uid: v for uid, v in self._parsed.items() if uid in live}
         for pod in pods:
             entries = self._entries(pod)
-            if not entries:
-                continue
+            if not entries or self._stale.get(pod.uid) == pod.annotations.get(ALLOCATED_ANNOTATION):
+                continue  # nothing recorded, or a record of what a failed patch gave back
             for claim in recovery.claims_from_entries(pod, entries, self.manufacturer.name, self._ledger.claims):
                 self._ledger.claims[claim.key] = claim
                 changed = True
