@@ -9,7 +9,7 @@ of ``Allocate`` -- and started again. After the restart, before anything else ha
 - the SSH visibility sidecar still resolves its owner (from the annotation);
 - a holding the kubelet's pod-resources ``List`` names but no annotation records is recovered and logged.
 
-The self-kill is the test-only seam ``GPUSTACK_OPERATOR_TEST_KILL_AT`` (``allocator/core.py``
+The self-kill is the test-only seam ``GPUSTACK_OPERATOR_TEST_KILL_AT`` (``allocator/durable.py``
 ``kill_point``: inert unless the variable names a step when the process starts). Processes are
 started and stopped by their pid only.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 import pytest
-from gpustack_operator.allocator.core import KILL_AT_ENV, KILL_POINTS
+from gpustack_operator.allocator.durable import KILL_AT_ENV, KILL_POINTS
 from gpustack_operator.allocator.pods import ALLOCATED_ANNOTATION as ALLOCATED
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as dp
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2_grpc as dp_grpc

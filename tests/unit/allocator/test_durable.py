@@ -246,16 +246,16 @@ def test_a_given_back_slice_is_not_recovered_from_its_node_record(tmp_path: Path
 
 
 def test_each_annotation_is_parsed_once_per_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpustack_operator.allocator import core
+    from gpustack_operator.allocator import durable
 
     calls: list[str] = []
-    real = core.parse_allocated
+    real = durable.parse_allocated
 
     def counting(raw: str | None) -> dict[str, AllocatedEntry]:
         calls.append(raw or "")
         return real(raw)
 
-    monkeypatch.setattr(core, "parse_allocated", counting)
+    monkeypatch.setattr(durable, "parse_allocated", counting)
     entry = AllocatedEntry(
         manufacturer="nvidia", mode=Family.EXCLUSIVE, accelerators=["GPU-0"], devices=[token(G, "GPU-0")]
     )
