@@ -584,7 +584,7 @@ def test_cli_serve_subprocess(tmp_path: Path) -> None:
     )
     assert help_run.returncode == 0, help_run.stderr
     assert "--kube-api-server" in help_run.stdout
-    assert "in memory" in help_run.stdout  # the help says what this version keeps in memory
+    assert "Reservations are durable" in " ".join(help_run.stdout.split())  # the help says what is durable
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
     log_path = tmp_path / "dm.log"
     write_root = tmp_path / "host"

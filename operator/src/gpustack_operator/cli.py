@@ -326,9 +326,10 @@ SERVE_DESCRIPTION = (
     "Detect the node once, then serve every resource it offers to the kubelet as a v1beta1 device plugin "
     "(one socket per resource beside --kube-socket; registered after its own server answers, registered "
     "again whenever the kubelet restarts) until SIGTERM or SIGINT, which remove the sockets it created. "
-    "In this version reservations and the ledger are kept in memory only: the durable "
-    "device.gpustack.ai/accelerator.allocated annotation, restart recovery from it and the Devices status "
-    "are not yet written, so a restarted Device Manager starts with an empty ledger."
+    "Reservations are durable: each grant is recorded on its Pod in the "
+    "device.gpustack.ai/accelerator.allocated annotation before Allocate answers, the node's Pods are read "
+    "from a watch, and a restarted Device Manager rebuilds what is held from those records and the kubelet's "
+    "pod-resources List before it registers any plugin."
 )
 
 

@@ -101,14 +101,14 @@ def api() -> Iterator[ApiServer]:
         yield server
 
 
-def test_help_says_the_ledger_is_in_memory() -> None:
+def test_help_says_what_is_durable() -> None:
     out = subprocess.run(
         [str(BIN / "gpustack-operator"), "dm", "serve", "--help"], capture_output=True, text=True, env=clean_env()
     )
     assert out.returncode == 0
     text = " ".join(out.stdout.split())
-    assert "reservations and the ledger are kept in memory only" in text
-    assert "annotation, restart recovery from it and the Devices status are not yet written" in text
+    assert "Reservations are durable" in text and "device.gpustack.ai/accelerator.allocated" in text
+    assert "before it registers any plugin" in text
     for flag in ("--no-shared", "--no-sliced", "--no-partitioned", "--kube-socket", "--node-name", "--kube-api-server"):
         assert flag in text
 
