@@ -200,6 +200,11 @@ def _bench_allocate(  # noqa: PLR0917 -- the run's parts, passed down once
             api.delete("default", f"p{n - 1}")
         api.add_pod(manifest(name, node_name=NODE, containers=[("main", {"nvidia.com/gpu": "1"})]))
         _wait_view(watch, lambda view, name=name: any(p.name == name for p in view) and len(view) == 1)
+        # and the release the deletion's event started has finished (it shares the node lock): a
+        # deletion lands at its own moment on a node, not in the middle of the next timed call
+        deadline = time.monotonic() + 5
+        while any(c.pod != name for c in server.allocator.claims()) and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.001)
         pods.admitting = [("default", name)]
         request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[tokens[n % 8]])])
         payload = request.SerializeToString()
