@@ -46,7 +46,8 @@ stored as given), graceful deletion unless asked for (:meth:`APIServerStandIn.de
 ``graceful=True`` only sets ``deletionTimestamp``), other resources, protobuf/CBOR/YAML.
 
 Test helpers: :meth:`~APIServerStandIn.add_pod`, :meth:`~APIServerStandIn.set_phase`,
-:meth:`~APIServerStandIn.stall` (answer late),
+:meth:`~APIServerStandIn.stall` (answer late), :meth:`~APIServerStandIn.inject` (a raw watch event),
+:meth:`~APIServerStandIn.expire` / :meth:`~APIServerStandIn.drop_watches` (410, a cut watch),
 :meth:`~APIServerStandIn.delete`, :meth:`~APIServerStandIn.get`, the :attr:`~APIServerStandIn.requests`
 log (one :class:`Request` per round trip), and :meth:`~APIServerStandIn.fail` to make the next
 requests answer an error (an API server that is down or overloaded).

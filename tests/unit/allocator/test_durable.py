@@ -316,3 +316,24 @@ def test_a_give_back_is_retried_until_it_lands_and_a_landed_record_is_not_recove
     assert alloc.claims() == []  # the landed record of a given-back claim is not recovered
     assert landed.wait(10), "the give-back was not retried"
     assert recorder.written == [("u1", None)]  # the annotation as it stands: nothing held
+
+
+def test_a_terminating_holder_is_recovered_and_keeps_its_card(tmp_path: Path) -> None:
+    entry = AllocatedEntry(
+        manufacturer="nvidia", mode=Family.EXCLUSIVE, accelerators=["GPU-1"], devices=[token(G, "GPU-1")]
+    )
+    value = render_allocated({"main": entry})
+    holder = pod(
+        "h",
+        [ctr("main", {BASE: "1"})],
+        uid="u1",
+        phase="Running",
+        deleting=True,
+        annotations={ALLOCATED_ANNOTATION: value},
+    )
+    alloc, _, _ = make_allocator(tmp_path, two_cards(), FakePods(pods=[holder]))
+    alloc.recover()
+    [claim] = alloc.claims()
+    assert (claim.pod, claim.accelerators, claim.recovered) == ("h", ("GPU-1",), True)
+    health = {d.id: d.healthy for d in alloc.devices(f"{BASE}.shared")}
+    assert not any(h for t, h in health.items() if ":GPU-1:" in t)  # held until the Pod is gone
