@@ -159,13 +159,16 @@ def run_preflight(
     ``report.probe_image``) and stays out of its document (``wire()``).
     """
     # preflight's modules load here, not with the api: detect (accelerator_facts) never pays for them
-    from gpustack_operator.preflight.imageref import parse_image_ref  # noqa: PLC0415
     from gpustack_operator.preflight.run import HostContext, preflight, unusable_root_report  # noqa: PLC0415
     from gpustack_operator.preflight.runtime import parse_runtime_name  # noqa: PLC0415
     from gpustack_operator.preflight.staging import DEFAULT_SOURCE  # noqa: PLC0415
 
     wanted = parse_runtime_name(runtime)
-    image = parse_image_ref(probe_image) if probe_image is not None else None
+    image = None
+    if probe_image is not None:  # the reference parser loads only for a reference to parse
+        from gpustack_operator.preflight.imageref import parse_image_ref  # noqa: PLC0415
+
+        image = parse_image_ref(probe_image)
     checked = check_root(host_root, "the host root (--host-root)") if host_root is not None else None
     host = HostContext.enter(checked) if checked is not None else None
     try:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpustack_operator.discovery.coverage import Coverage, coverage
-from gpustack_operator.discovery.labels import acceleratable_labels, nfd_labels, node_labels
 from gpustack_operator.discovery.network import InterfaceInventory, InventoryOk, rdma_labels, read_interfaces
 from gpustack_operator.host import HostRoot
 from gpustack_operator.ledger.models import DevicesGroup
@@ -62,6 +61,13 @@ class NodeDetection:
 
     def labels(self) -> dict[str, str]:
         """The labels this node would carry: NFD's prediction with the Device Manager's on top."""
+        # imported here: preflight (a task on every host of a fleet) never computes labels
+        from gpustack_operator.discovery.labels import (  # noqa: PLC0415
+            acceleratable_labels,
+            nfd_labels,
+            node_labels,
+        )
+
         vendors = [resolve(m.identity).pci for m in REGISTRY.values()]
         device_manager = acceleratable_labels(self.groups)
         if isinstance(self.interfaces, InventoryOk):

@@ -52,7 +52,6 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpustack_operator.host import HostPathError, HostRoot
-from gpustack_operator.host.safeyaml import YamlError, load_yaml, yaml_kind
 
 KUBELET = "kubelet"
 PROC = "/proc"
@@ -325,6 +324,8 @@ def _show(value: str, limit: int = 80) -> str:
 
 def _stated(value: object) -> str:
     """A value for a message: a string quoted and bounded; anything else by what it is."""
+    from gpustack_operator.host.safeyaml import yaml_kind  # noqa: PLC0415 - see parse_kubelet_config
+
     return _show(value) if isinstance(value, str) else yaml_kind(value)
 
 
@@ -337,7 +338,12 @@ def parse_kubelet_config(text: str) -> dict[Setting, str]:
     file holds, what the error says is bounded (a value is quoted cut short, or named by its kind) and
     nothing else escapes (:func:`~gpustack_operator.host.safeyaml.load_yaml` refuses alias bombs,
     runaway nesting and tags their value cannot hold, before anything is built or rendered).
+
+    PyYAML is imported here, by the first file read: a node with no kubelet configuration (and every
+    preflight of one) never pays for it.
     """
+    from gpustack_operator.host.safeyaml import YamlError, load_yaml, yaml_kind  # noqa: PLC0415
+
     try:
         doc = load_yaml(text, MAX_YAML_NODES, MAX_YAML_DEPTH)
     except YamlError as exc:

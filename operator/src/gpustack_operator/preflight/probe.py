@@ -43,15 +43,17 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.manufacturers.base import ProbeTraits
 from gpustack_operator.manufacturers.respond import Injection
 from gpustack_operator.preflight.hostexec import HostExec, decode
-from gpustack_operator.preflight.imageref import ImageRef
-from gpustack_operator.preflight.runtime import CONTAINERD_NAMESPACE, RuntimeName, RuntimeResolution
-from gpustack_operator.preflight.sweep import LABEL
+from gpustack_operator.preflight.runtime import CONTAINERD_NAMESPACE, LABEL, RuntimeName, RuntimeResolution
 from gpustack_operator.preload.layout import _family_dir, runtime_major
+
+if TYPE_CHECKING:  # the reference is parsed by the caller (api.run_preflight), only when one is given
+    from gpustack_operator.preflight.imageref import ImageRef
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import logging
 import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from gpustack_operator.discovery.coverage import Coverage
 from gpustack_operator.discovery.detect import NodeDetection
@@ -29,7 +30,6 @@ from gpustack_operator.preflight.capability import DRY_RUN_WHY, capability_rows,
 from gpustack_operator.preflight.capability import Env as CapabilityEnv
 from gpustack_operator.preflight.crosscheck import cross_check
 from gpustack_operator.preflight.hostexec import HostExec, HostExecError
-from gpustack_operator.preflight.imageref import ImageRef
 from gpustack_operator.preflight.kubelet import KubeletReading, read_kubelet
 from gpustack_operator.preflight.lock import HeldLock, LockError, acquire
 from gpustack_operator.preflight.models import (
@@ -51,9 +51,11 @@ from gpustack_operator.preflight.runtime import (
     unusable_root_resolution,
 )
 from gpustack_operator.preflight.staging import DEFAULT_SOURCE, Staged, stage
-from gpustack_operator.preflight.sweep import failure_reason, other_runtimes, stale_rows, sweep
 from gpustack_operator.preflight.topology import not_read, topology_section
 from gpustack_operator.settings import Settings
+
+if TYPE_CHECKING:
+    from gpustack_operator.preflight.imageref import ImageRef
 
 log = logging.getLogger(__name__)
 
@@ -384,6 +386,9 @@ def answer(
         door = Door(runner=host.exec if host is not None else None, resolution=resolution, no_host=no_host)
         if dry_why is None and door.runtime is not None and would_probe(result):
             assert host is not None and host.root is not None and host.exec is not None and resolution is not None
+            # the sweep's module loads only where a runtime is there to sweep (a fleet task on every host)
+            from gpustack_operator.preflight.sweep import failure_reason, other_runtimes, sweep  # noqa: PLC0415
+
             say(progress, "sweeping containers an earlier run left behind")
             stale = failure_reason(sweep(host.exec, resolution, other_runtimes(host.root, resolution)))
         staged = stage(
@@ -526,6 +531,8 @@ def with_stale_rows(group: Group, outcome: DetectOutcome | None, reason: str) ->
     ids = [a.id for g in outcome.groups for a in g.accelerators]
     if not ids:
         return group
+    from gpustack_operator.preflight.sweep import stale_rows  # noqa: PLC0415 - only after a sweep that failed
+
     return group.model_copy(update={"checks": [*stale_rows(ids, reason), *(group.checks or [])]})
 
 

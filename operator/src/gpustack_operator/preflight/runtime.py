@@ -53,6 +53,9 @@ from gpustack_operator.preflight.hostexec import which as host_which
 from gpustack_operator.preflight.kubelet import KubeletReading, Outcome, clean_value
 
 CONTAINERD_NAMESPACE = "gpustack-preflight"
+# The label every preflight container carries: what the probes start with and the stale sweep looks for.
+LABEL_KEY = "gpustack.ai/preflight"
+LABEL = f"{LABEL_KEY}=true"
 # Where a containerd socket sits when nothing names one, in the order probed (reference rules §7):
 # upstream's default, k3s/RKE2's, then the /var/run spelling (a link to /run on most hosts, a
 # directory of its own on a few).

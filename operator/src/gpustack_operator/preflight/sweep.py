@@ -81,6 +81,8 @@ from gpustack_operator.preflight.runtime import (
     CONTAINERD_CLIS,
     CONTAINERD_NAMESPACE,
     CONTAINERD_SOCKETS,
+    LABEL,
+    LABEL_KEY,
     RuntimeName,
     RuntimeResolution,
     which,
@@ -88,8 +90,6 @@ from gpustack_operator.preflight.runtime import (
 
 log = logging.getLogger(__name__)
 
-LABEL_KEY = "gpustack.ai/preflight"
-LABEL = f"{LABEL_KEY}=true"
 CTR_FILTER = f'labels."{LABEL_KEY}"==true'
 CAPABILITY = "stale-container-sweep"
 SWEEP_TIMEOUT = 30.0  # seconds, per CLI call
