@@ -339,6 +339,7 @@ def bench_restart(tmp: Path, pods: int = 110, holders: int = 8) -> None:
             ]
             argv += ["--kube-socket", str(kubelet.socket), "--pod-resources-socket", str(kubelet.pod_resources_socket)]
             argv += ["--kube-api-server", api.url, "--node-name", NODE, "--host-write-root", str(write_root)]
+            argv += ["--secure-port", "0", "--bind-address", "127.0.0.1"]
             start = time.perf_counter()
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:

@@ -111,6 +111,7 @@ def device_manager(cluster: KubeCluster) -> Iterator[Callable[[Path, str], Devic
         argv += ["--kube-socket", str(cluster.device_plugin_socket)]
         argv += ["--pod-resources-socket", str(cluster.pod_resources_socket)]
         argv += ["--host-write-root", str(cluster.host_write_root), "-v", "2"]
+        argv += ["--secure-port", "0", "--bind-address", "127.0.0.1"]  # /readyz, /livez: loopback, any port
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         # recorded where down.sh looks first, so a crashed session's cluster stops it too

@@ -75,6 +75,7 @@ class Cluster:
         argv += ["--detect-root", str(self.root), "--kube-socket", str(self.kubelet.socket)]
         argv += ["--pod-resources-socket", str(self.kubelet.pod_resources_socket)]
         argv += ["--kube-api-server", self.api.url, "--node-name", NODE, "--host-write-root", str(self.write_root)]
+        argv += ["--secure-port", "0", "--bind-address", "127.0.0.1"]  # /readyz, /livez: loopback, any port
         with self.log.open("a") as sink:
             sink.write(f"--- start {self.starts + 1} (kill at {kill_at}) ---\n")
             sink.flush()

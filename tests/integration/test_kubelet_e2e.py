@@ -40,6 +40,9 @@ from tests.kube.apiserver import APIServerStandIn, pod_manifest
 from tests.kubelet.standin import AdmissionError, Grant, KubeletStandIn
 
 NODE = "node-a"
+# /readyz and /livez of every serve started here: loopback, any free port (never 0.0.0.0:32443)
+LOOPBACK = dm_serve.ManagerOptions(secure_port=0, bind_address="127.0.0.1")
+LOOPBACK_FLAGS = ("--secure-port", "0", "--bind-address", "127.0.0.1")
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 SLICED = "nvidia.com/gpu.sliced"
@@ -175,7 +178,7 @@ def serve_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path, str]
 
             def run() -> None:
                 try:
-                    node.outcome.append(dm_serve.serve(req, opts, stop=node.stop))  # type: ignore[union-attr]
+                    node.outcome.append(dm_serve.serve(req, opts, stop=node.stop, manager=LOOPBACK))  # type: ignore[union-attr]
                 except BaseException as exc:
                     node.outcome.append(exc)
 
@@ -596,7 +599,7 @@ def test_cli_serve_subprocess(tmp_path: Path) -> None:
         argv = [str(BIN / "gpustack-operator"), "device-manager", "serve", "--manufacturer", "nvidia"]
         argv += ["--detect-root", str(host("h100-sxm-8x")), "--kube-socket", str(kubelet.socket)]
         argv += ["--pod-resources-socket", str(kubelet.pod_resources_socket), "--kube-api-server", apiserver.url]
-        argv += ["--node-name", NODE, "--host-write-root", str(write_root)]
+        argv += ["--node-name", NODE, "--host-write-root", str(write_root), *LOOPBACK_FLAGS]
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             cli_scenario(kubelet, apiserver, log_path)

@@ -10,7 +10,7 @@ import tomllib
 from tests.conftest import REPO, run_cli
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-SERVE_NEEDS = {"grpcio", "protobuf", "kubernetes"}
+SERVE_NEEDS = {"grpcio", "protobuf", "kubernetes", "cryptography"}  # cryptography: the health endpoint's pair
 
 
 def name_of(requirement: str) -> str:

@@ -323,9 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 SERVE_DESCRIPTION = (
-    "Detect the node once, then serve every resource it offers to the kubelet as a v1beta1 device plugin "
-    "(one socket per resource beside --kube-socket; registered after its own server answers, registered "
-    "again whenever the kubelet restarts) until SIGTERM or SIGINT, which remove the sockets it created. "
+    "Detect the node every --monitor-period and serve what it offers to the kubelet as v1beta1 device "
+    "plugins (one socket per resource beside --kube-socket; registered after its own server answers, "
+    "registered again whenever the kubelet restarts) until SIGTERM or SIGINT, which remove the sockets it "
+    "created. It never exits because nothing was found: a manufacturer is served from the first pass that "
+    "detects it, an accelerator gone from a pass is advertised Unhealthy and Healthy again when it returns. "
+    "Each pass patches the node capacity keys (<base>.sliced.*, <base>.partitioned.*) onto the Node's status "
+    "and publishes the NodeFeature <node>-gpustack-device-manager and the Devices <node>, only on change. "
+    "/readyz and /livez are served over HTTPS on --bind-address:--secure-port. "
     "Reservations are durable: each grant is recorded on its Pod in the "
     "device.gpustack.ai/accelerator.allocated annotation before Allocate answers, the node's Pods are read "
     "from a watch, and a restarted Device Manager rebuilds what is held from those records and the kubelet's "
@@ -384,7 +389,8 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument(
         "--once-registered",
         action="store_true",
-        help="exit 0 once every plugin has registered with the kubelet (a smoke test), 1 if one has not in 60 s",
+        help="exit 0 once every plugin has registered with the kubelet (a smoke test), 1 if one has not in 60 s "
+        "(nothing detected by then included)",
     )
     _add_manager_flags(serve)
 
@@ -797,8 +803,8 @@ def _serve(args: argparse.Namespace, req: api.Request) -> int:
             ),
             once_registered=args.once_registered,
         )
-        return serve.serve(req, opts)
-    except (serve.ServeUsageError, api.RootArgumentError) as exc:
+        return serve.serve(req, opts, manager=manager_options(args))
+    except (serve.ServeUsageError, serve.ManagerUsageError, api.RootArgumentError) as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

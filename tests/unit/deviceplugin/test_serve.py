@@ -5,9 +5,15 @@ allocator core is the real one."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
+import ssl
 import subprocess
-from collections.abc import Iterator
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -15,8 +21,10 @@ import pytest
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2 as pb
 from gpustack_operator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 
-from tests.conftest import BIN, host
+from tests.conftest import BIN, fresh_node, host
 from tests.kube.apiserver import APIServerStandIn as ApiServer
+from tests.kube.routes_publish import PublishStandIn
+from tests.kubelet.standin import KubeletStandIn
 from tests.unit.deviceplugin.fakes import FakeKubelet, short_dir
 
 RESOURCES = {
@@ -48,6 +56,9 @@ PENDING = {
 }
 
 
+LOOPBACK_HEALTH = ("--secure-port", "0", "--bind-address", "127.0.0.1")  # any free port, loopback only
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without this machine's cluster, proxy or GPUSTACK settings."""
     drop = ("GPUSTACK_", "KUBERNETES_", "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
@@ -76,6 +87,7 @@ def serve_args(plugin_dir: Path, api: ApiServer, write_root: Path, *more: str, n
         api.url,
         "--host-write-root",
         str(write_root),
+        *LOOPBACK_HEALTH,
         *more,
     ]
 
@@ -109,7 +121,10 @@ def test_help_says_what_is_durable() -> None:
     text = " ".join(out.stdout.split())
     assert "Reservations are durable" in text and "device.gpustack.ai/accelerator.allocated" in text
     assert "before it registers any plugin" in text
-    for flag in ("--no-shared", "--no-sliced", "--no-partitioned", "--kube-socket", "--node-name", "--kube-api-server"):
+    assert "never exits because nothing was found" in text and "every --monitor-period" in text
+    assert "node capacity keys" in text and "NodeFeature" in text and "/readyz and /livez" in text
+    flags = ("--no-shared", "--no-sliced", "--no-partitioned", "--kube-socket", "--node-name", "--kube-api-server")
+    for flag in (*flags, "--monitor-period", "--no-fast-failed", "--secure-port", "--bind-address", "--cert-dir"):
         assert flag in text
 
 
@@ -208,17 +223,134 @@ def test_no_flags_gate_their_families(plugin_dir: Path, kubelet: FakeKubelet, ap
     ]
 
 
-def test_nothing_to_serve_is_an_error(plugin_dir: Path, kubelet: FakeKubelet, api: ApiServer, tmp_path: Path) -> None:
-    out = subprocess.run(
-        serve_args(plugin_dir, api, tmp_path, "--once-registered", node="cpu-only-vm"),
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=120,
-    )
-    assert out.returncode == 1
-    assert "nothing to serve" in out.stderr and "gpustack-operator dm detect" in out.stderr
-    assert kubelet.registrations == []
+NVML = Path("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1.fixture")
+SLICED_MEMORY = "nvidia.com/gpu.sliced.memory-percentage"
+
+
+def copied_node(tmp_path: Path, name: str = "rtx4090") -> Path:
+    root = tmp_path / "node"
+    shutil.copytree(host(name), root, symlinks=True, ignore=fresh_node)
+    return root
+
+
+def set_cards(root: Path, present: bool) -> None:
+    """The NVML stand-in's data with its [device] sections (present) or without them (a driver that
+    answers and sees no card: a clean, empty pass)."""
+    original = (host("rtx4090") / NVML).read_text()
+    text = original if present else original.split("[device]", 1)[0]
+    target = root / NVML
+    staged = target.with_suffix(".new")
+    staged.write_text(text)
+    staged.replace(target)  # atomic: a pass reads the old data or the new, never half
+
+
+def health_url(log: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"serving /readyz and /livez on https://127\.0\.0\.1:(\d+)", log.read_text())
+        if found:
+            return f"https://127.0.0.1:{found.group(1)}"
+        time.sleep(0.1)
+    raise AssertionError(f"the health endpoint was never served:\n{log.read_text()[-3000:]}")
+
+
+def probe(url: str, path: str) -> tuple[int, str]:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the self-signed pair serve generated
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(url + path, timeout=10) as answer:  # loopback, never through a proxy
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def wait_until(check: Callable[[], bool], what: str, log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def node_capacity(api: PublishStandIn) -> dict[str, str]:
+    node = api.obj("nodes", "node-a")
+    assert node is not None
+    return {k: v for k, v in node["status"]["capacity"].items() if k.startswith("nvidia.com/")}
+
+
+def assert_published(api: PublishStandIn) -> None:
+    """The capacity keys on the Node (one RTX 4090: 100 % of its memory), the NodeFeature and the
+    Devices, each owned by the Node."""
+    assert node_capacity(api).get(SLICED_MEMORY) == "100", node_capacity(api)
+    feature = api.obj("nodefeatures", "node-a-gpustack-device-manager", "gpustack-system")
+    assert feature is not None and feature["metadata"]["labels"]["nfd.node.kubernetes.io/node-name"] == "node-a"
+    devices = api.obj("devices", "node-a")
+    assert devices is not None and devices["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    (card,) = [a for g in devices["spec"]["groups"] for a in g["accelerators"]]
+    assert card["id"]
+
+
+def gone_and_back(root: Path, kubelet: KubeletStandIn, api: PublishStandIn, log: Path) -> None:
+    """The card gone from a pass: the same token Unhealthy and its budget off the Node; back: Healthy."""
+    set_cards(root, present=False)
+    kubelet.wait_for("nvidia.com/gpu", lambda d: all(x.health == "Unhealthy" for x in d.values()), timeout=30)
+    assert len(kubelet.devices("nvidia.com/gpu")) == 1
+    wait_until(lambda: node_capacity(api).get(SLICED_MEMORY) in (None, "0"), "the gone card's budget stayed", log)
+    set_cards(root, present=True)
+    kubelet.wait_for("nvidia.com/gpu", lambda d: all(x.health == "Healthy" for x in d.values()), timeout=30)
+    wait_until(lambda: node_capacity(api).get(SLICED_MEMORY) == "100", "the budget did not come back", log)
+
+
+def test_serve_waits_for_accelerators_follows_them_publishes_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """A node whose driver sees no card yet: serve keeps running (never "nothing to serve"), /readyz says
+    why it is not ready; the card appears between passes and is served, the capacity keys reach the Node
+    and the NodeFeature / Devices are published; the card gone from a pass turns its tokens Unhealthy in
+    ListAndWatch (the kubelet stand-in's view) and its budget leaves the Node; back, Healthy again."""
+    root = copied_node(tmp_path)
+    set_cards(root, present=False)
+    write_root = tmp_path / "host"
+    write_root.mkdir()
+    log = tmp_path / "serve.log"
+    with short_dir() as sockets, PublishStandIn() as api, KubeletStandIn(sockets, sockets / "pr.sock") as kubelet:
+        api.add_node("node-a")
+        argv = serve_args(sockets, api, write_root, "--monitor-period", "0.2")
+        argv[argv.index("--detect-root") + 1] = str(root)
+        argv[argv.index("--pod-resources-socket") + 1] = str(kubelet.pod_resources_socket)
+        with log.open("w") as sink:
+            proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, text=True, env=clean_env())
+        try:
+            url = health_url(log)
+            wait_until(lambda: log.read_text().count("held back and repeated") >= 2, "no pass held back twice", log)
+            code, body = probe(url, "/readyz")
+            assert code == 503 and "found nothing" in body and "--no-fast-failed" in body, body
+            assert probe(url, "/livez") == (200, "ok")
+            assert proc.poll() is None, "serve exited on a node with nothing detected"
+            assert kubelet.resources() == []
+
+            set_cards(root, present=True)  # the driver comes up
+            for resource in RESOURCES:
+                kubelet.wait_registered(resource, timeout=60)
+            kubelet.wait_for("nvidia.com/gpu", lambda d: len(d) == 1, timeout=30)
+            assert kubelet.unhealthy("nvidia.com/gpu") == []
+            wait_until(lambda: probe(url, "/readyz") == (200, "ok"), "never ready", log)
+
+            assert_published(api)
+            gone_and_back(root, kubelet, api, log)
+            assert proc.poll() is None
+
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        left = sorted(p.name for p in sockets.iterdir() if p.name.startswith(("gpustack-", ".gpustack-")))
+    out = log.read_text()
+    assert code == 0, out[-3000:]
+    assert left == [], f"plugin sockets left behind: {left}"
+    assert "signal SIGTERM: stopping" in out and "Traceback" not in out
 
 
 def test_serves_an_allocation_then_stops_on_sigterm(
@@ -304,8 +436,6 @@ def test_the_kubelet_stand_in_admits_through_serve_and_survives_its_restart(
 ) -> None:
     """The kubelet's own order (tests/kubelet): dial-back, ListAndWatch, hint, Allocate per container,
     pod-resources naming the Pod being admitted; then a kubelet restart wipes the sockets."""
-    from tests.kubelet.standin import KubeletStandIn
-
     api.add_pod(SSH_POD)
     pod_resources = plugin_dir / "pod-resources.sock"
     with KubeletStandIn(plugin_dir, pod_resources, checkpoint=False) as kubelet:

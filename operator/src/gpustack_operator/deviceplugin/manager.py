@@ -79,6 +79,11 @@ class ManagerUsageError(ValueError):
     """A flag value the loop cannot run with (a usage error naming the flag, exit 2)."""
 
 
+class NotYetError(RuntimeError):
+    """``on_detected`` could not finish for a reason the next pass may not have (the node's pods not read
+    yet): logged as a warning, without a traceback, and reported again next pass."""
+
+
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -413,6 +418,9 @@ class DeviceManager:
         if fresh and self.on_detected is not None and result is not None:
             try:
                 self.on_detected(fresh, result)
+            except NotYetError as exc:
+                log.warning("%s", exc)
+                return
             except Exception:
                 log.exception("building the allocators of %s failed; tried again next pass", ", ".join(fresh))
                 return
@@ -602,6 +610,7 @@ __all__ = [
     "DeviceManager",
     "ManagerOptions",
     "ManagerUsageError",
+    "NotYetError",
     "check_bind_address",
     "make_sinks",
     "merge_known",

@@ -1,10 +1,16 @@
-"""``gpustack-operator device-manager serve``: detect once, then serve every pool to the kubelet.
+"""``gpustack-operator device-manager serve``: the detection loop, the plugin servers, the health endpoint.
 
-One detection pass over the node view (``--detect-root``, the same pass ``dm detect`` runs), then per
-detected manufacturer with a responder one :class:`~gpustack_operator.allocator.core.Allocator` --
-every one sharing the node-wide lock (:data:`~gpustack_operator.allocator.core.NODE_LOCK`, supplement
-§1.8 rule 5) -- and per pool it offers one plugin server (``deviceplugin/server.py``), until SIGTERM
-or SIGINT. On the way out every server stops and removes the socket it created.
+``serve`` starts the detection loop (:class:`~gpustack_operator.deviceplugin.manager.DeviceManager`,
+``--monitor-period``) and ``/readyz`` / ``/livez`` over HTTPS (``deviceplugin/health.py``,
+``--bind-address:--secure-port``) and runs until SIGTERM or SIGINT; it never exits because nothing was
+found. When a pass first detects a manufacturer with accelerators (:meth:`Wiring.on_detected`), one
+:class:`~gpustack_operator.allocator.core.Allocator` is built for it -- every one sharing the node-wide
+lock (:data:`~gpustack_operator.allocator.core.NODE_LOCK`, supplement §1.8 rule 5) -- what is held is
+recovered, and per pool one plugin server (``deviceplugin/server.py``) is started and registered.
+Every later pass is applied to the allocators (an accelerator gone turns its tokens Unhealthy, Healthy
+again when back), and the node capacity keys are patched onto the Node and the NodeFeature / ``Devices``
+published when they change (``kube/nodestatus.py``, ``kube/publish.py``). On the way out every server
+stops and removes the socket it created.
 
 What is durable (issue 18): every grant is recorded on its Pod in the
 ``device.gpustack.ai/accelerator.allocated`` annotation before ``Allocate`` answers (and, for sliced and
@@ -23,13 +29,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol
 
 from gpustack_operator import api
 from gpustack_operator.allocator.core import NODE_LOCK, Allocator, CdiResolverLike, FamilyOptions
 from gpustack_operator.allocator.pods import AnnotationRecorder, PodSource, PodSpec
+from gpustack_operator.deviceplugin.manager import (
+    DeviceManager,
+    ManagerOptions,
+    ManagerUsageError,
+    NotYetError,
+    make_sinks,
+)
 from gpustack_operator.deviceplugin.podresources import POD_RESOURCES_SOCKET, KubeletPodSource
 from gpustack_operator.deviceplugin.server import KUBELET_SOCKET, PluginServer, PluginSet
 from gpustack_operator.discovery.detect import NodeDetection
@@ -110,6 +123,7 @@ class Cluster:
     pods: PodSource
     view: PodView
     recorder: AnnotationRecorder | None
+    client: Any = None  # the API client the node capacity keys and the published objects are written with
 
 
 def pod_source(opts: ServeOptions) -> Cluster:
@@ -126,7 +140,7 @@ def pod_source(opts: ServeOptions) -> Cluster:
         raise ServeUsageError(str(exc)) from None
     watch.start()
     source = KubeletPodSource(watch.node_pods, socket=opts.pod_resources_socket, refresh=watch.refresh)
-    return Cluster(source, watch, AnnotationPatcher(client))
+    return Cluster(source, watch, AnnotationPatcher(client), client)
 
 
 def release_on_event(allocators: list[Allocator]) -> Callable[[Any], None]:
@@ -268,18 +282,25 @@ def recover(allocators: list[Allocator], view: PodView, stop: threading.Event, l
     return not stop.is_set()
 
 
-def _reconcile_loop(allocators: list[Allocator], stop: threading.Event) -> None:
+def _reconcile_loop(allocators: Callable[[], list[Allocator]], stop: threading.Event) -> None:
     while not stop.wait(RECONCILE_PERIOD):
-        for allocator in allocators:
+        for allocator in allocators():
             try:
                 allocator.reconcile()
             except Exception:
                 log.exception("%s: reclaiming gone Pods failed", allocator.manufacturer.name)
 
 
-def serve(req: api.Request, opts: ServeOptions, *, stop: threading.Event | None = None) -> int:
+def serve(
+    req: api.Request,
+    opts: ServeOptions,
+    *,
+    stop: threading.Event | None = None,
+    manager: ManagerOptions | None = None,
+) -> int:
     """Run until SIGTERM/SIGINT (or ``stop``); the exit code. Raises :class:`ServeUsageError` and
-    ``HostRootError`` before anything is served."""
+    ``HostRootError`` before anything is served. ``manager``: the loop's and the health endpoint's flags
+    (default: their defaults, ``0.0.0.0:32443``)."""
     if not os.path.isdir(opts.host_write_root):
         raise ServeUsageError(
             f"--host-write-root {opts.host_write_root} is not a directory: name where the host's paths this "
@@ -287,53 +308,124 @@ def serve(req: api.Request, opts: ServeOptions, *, stop: threading.Event | None 
         )
     cluster = pod_source(opts)
     try:
-        return _serve(req, opts, cluster, stop)
+        return _serve(req, opts, cluster, stop, manager or ManagerOptions())
     finally:
         cluster.view.stop()
 
 
-def _serve(req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threading.Event | None) -> int:
-    view = cluster.view
-    result = api.run_detect(req, interfaces=False)
-    served = build(req, result, opts, cluster.pods, cluster.recorder)
-    for name, why in sorted(served.skipped.items()):
-        log.warning("%s is not served: %s", name, why)
-    if not served.plugins.servers:
-        reasons = "; ".join(f"{n}: {w}" for n, w in sorted(served.skipped.items()))
-        print(
-            f"gpustack-operator: error: nothing to serve in {req.root} ({reasons}); check with: "
-            "gpustack-operator dm detect",
-            file=sys.stderr,
+class Wiring:
+    """What serve holds while it runs: the allocators (one per manufacturer, filled by the detection loop
+    as manufacturers are first detected -- the loop, the watch's callback and the reconciler read it
+    live) and the plugin sets started for them."""
+
+    def __init__(
+        self, req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threading.Event, mopts: ManagerOptions
+    ):
+        self.req = req
+        self.opts = opts
+        self.cluster = cluster
+        self.stop = stop
+        self.mopts = mopts
+        self.allocators: dict[str, Allocator] = {}
+        self.plugin_sets: list[PluginSet] = []
+        self.problem: str | None = None  # why the last on_detected registered nothing
+        self._lock = threading.Lock()
+
+    def current(self) -> list[Allocator]:
+        return list(self.allocators.values())
+
+    def release(self, note: Any) -> None:
+        release_on_event(self.current())(note)
+
+    def on_detected(self, names: list[str], result: NodeDetection) -> None:
+        """The loop found ``names`` with accelerators for the first time: build their allocators and
+        plugin servers, recover what is held, then start and register them. Runs in the loop's thread;
+        :class:`NotYetError` (nothing registered) when the node's pods are not read yet -- the next pass tries
+        again."""
+        served = build(
+            replace(self.req, manufacturers=names), result, self.opts, self.cluster.pods, self.cluster.recorder
         )
-        return 1
+        for name, why in sorted(served.skipped.items()):
+            log.warning("%s is not served: %s", name, why)
+        if not served.plugins.servers:
+            return
+        if not recover(list(served.allocators.values()), self.cluster.view, self.stop, self.mopts.monitor_period):
+            self.problem = (
+                "the node's pods are not read from the API server yet, so what is held cannot be recovered: "
+                f"{', '.join(sorted(served.allocators))} not registered (tried again next pass)"
+            )
+            raise NotYetError(self.problem)
+        self.problem = None
+        with self._lock:
+            if self.stop.is_set():
+                return
+            log.info(
+                "serving %s on node %s", ", ".join(s.resource for s in served.plugins.servers), self.opts.node_name
+            )
+            served.plugins.start()
+            self.plugin_sets.append(served.plugins)
+            self.allocators.update(served.allocators)
+
+    def registered(self) -> bool:
+        sets = list(self.plugin_sets)
+        return bool(sets) and all(s.registrations > 0 for p in sets for s in p.servers)
+
+    def wait_registered(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.registered():
+            if self.stop.is_set() or time.monotonic() >= deadline:
+                return False
+            self.stop.wait(0.1)
+        return True
+
+    def stop_plugins(self) -> None:
+        with self._lock:
+            for plugins in self.plugin_sets:
+                plugins.stop()
+
+
+def _serve(
+    req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threading.Event | None, mopts: ManagerOptions
+) -> int:
+    from gpustack_operator.deviceplugin.health import HealthServer, HealthUsageError  # noqa: PLC0415
+
     stop = stop or threading.Event()
+    wiring = Wiring(req, opts, cluster, stop, mopts)
+    capacity, publisher = (
+        (None, None) if cluster.client is None else make_sinks(cluster.client, opts.node_name, req, mopts)
+    )
+    manager = DeviceManager(
+        req, mopts, allocators=wiring.allocators, on_detected=wiring.on_detected, capacity=capacity, publisher=publisher
+    )
+    manager.set_registered_check(wiring.registered)
+    health = HealthServer(
+        manager,
+        bind_address=mopts.bind_address,
+        port=mopts.secure_port,
+        cert_dir=mopts.cert_dir,
+        hosts=[opts.node_name],
+    )
+    try:
+        health.start()
+    except HealthUsageError as exc:
+        raise ServeUsageError(str(exc)) from None
     restore = _handle_signals(stop)
     log.info("%s", IN_MEMORY_NOTE)
-    view.subscribe(release_on_event(list(served.allocators.values())))
-    reconciler = threading.Thread(
-        target=_reconcile_loop, args=(list(served.allocators.values()), stop), name="reconcile", daemon=True
-    )
+    cluster.view.subscribe(wiring.release)
+    reconciler = threading.Thread(target=_reconcile_loop, args=(wiring.current, stop), name="reconcile", daemon=True)
     code = 0
     try:
-        limit = opts.once_registered_timeout if opts.once_registered else None
-        if not recover(list(served.allocators.values()), view, stop, limit):
-            if not stop.is_set():
-                print(
-                    f"gpustack-operator: error: the node's pods could not be read within {limit:.0f}s, so what is "
-                    "held cannot be recovered; nothing was registered",
-                    file=sys.stderr,
-                )
-                code = 1
-            return code
-        log.info("serving %s on node %s", ", ".join(s.resource for s in served.plugins.servers), opts.node_name)
-        served.plugins.start()
+        manager.start()
         reconciler.start()
         if opts.once_registered:
-            if not served.plugins.wait_registered(opts.once_registered_timeout):
-                missing = [s.resource for s in served.plugins.servers if s.registrations == 0]
+            if not wiring.wait_registered(opts.once_registered_timeout) and not stop.is_set():
+                _, why = manager.ready()
+                missing = [s.resource for p in wiring.plugin_sets for s in p.servers if s.registrations == 0]
+                detail = f"not registered: {', '.join(missing)}" if missing else (wiring.problem or why)
                 print(
-                    f"gpustack-operator: error: not registered with the kubelet at {opts.kube_socket} within "
-                    f"{opts.once_registered_timeout:.0f}s: {', '.join(missing)}",
+                    f"gpustack-operator: error: not every plugin registered with the kubelet at {opts.kube_socket} "
+                    f"within {opts.once_registered_timeout:.0f}s ({detail}); check what the node offers with: "
+                    "gpustack-operator dm detect",
                     file=sys.stderr,
                 )
                 code = 1
@@ -341,9 +433,11 @@ def _serve(req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threadi
             stop.wait()
     finally:
         stop.set()
-        served.plugins.stop()
+        manager.stop()
+        wiring.stop_plugins()
         if reconciler.is_alive():
             reconciler.join(5)
+        health.stop()
         restore()
     log.info("stopped: every plugin socket this process created is removed")
     return code
@@ -370,6 +464,8 @@ def _handle_signals(stop: threading.Event) -> Callable[[], None]:
 __all__ = [
     "IN_MEMORY_NOTE",
     "FamilyOptions",
+    "ManagerOptions",
+    "ManagerUsageError",
     "ServeOptions",
     "ServeUsageError",
     "Served",
