@@ -145,8 +145,9 @@ def test_serve_on_a_real_kubelet_grants_a_card_once_across_a_kubelet_restart(
 def test_a_pinned_sliced_pod_gets_its_limit_and_the_preload_and_the_budget_is_kept(
     cluster: KubeCluster, device_manager: Callable[[Path, str], DeviceManager]
 ) -> None:
-    """Pinned with nodeName: the node capacity keys (supplement 5.2) are not published yet, so the
-    scheduler would leave a sliced pod Pending."""
+    """Pinned with nodeName (the kubelet's admission and the device manager's own budget check, without
+    the scheduler; test_the_scheduler_places_a_sliced_pod_by_the_capacity_keys_serve_patched is the
+    scheduler's side)."""
     root = host("rtx4090")
     card = the_card(root)
     dm = device_manager(root, "nvidia")
@@ -216,3 +217,43 @@ def test_serve_killed_with_a_pod_running_recovers_and_grants_nothing_twice(
     create(cluster, "shared-after", {SHARED: "1"})
     running(cluster, "shared-after")
     assert cluster.container_env("shared-after")[NV_ENV] == card["uuid"]
+
+
+def pending_reason(cluster: KubeCluster, name: str) -> str:
+    """The scheduler's reason for leaving ``name`` unscheduled (its PodScheduled condition), once given."""
+
+    def given() -> str | None:
+        status = phase(cluster, name)
+        assert status.phase == "Pending", f"pod {name} is {status.phase}, not Pending"
+        for condition in status.conditions or []:
+            if condition.type == "PodScheduled" and condition.status == "False" and condition.message:
+                return str(condition.message)
+        return None
+
+    return str(cluster.wait(f"pod {name} left unscheduled by the scheduler", given))
+
+
+def test_the_scheduler_places_a_sliced_pod_by_the_capacity_keys_serve_patched(
+    cluster: KubeCluster, device_manager: Callable[[Path, str], DeviceManager]
+) -> None:
+    """Not pinned: the real scheduler places a sliced pod only when the Node carries the node capacity
+    keys (supplement 5.2), which serve's detection loop patches onto the Node's status; a second one
+    asking more memory-percentage than the card has left stays Pending, named by the scheduler."""
+    root = host("rtx4090")
+    card = the_card(root)
+    dm = device_manager(root, "nvidia")
+    memory = f"{SLICED}.memory-percentage"
+    serving(cluster, dm, {SLICED: str(card["slices"]), memory: "100"})
+
+    create(cluster, "slice-60", {SLICED: "1", memory: "60"}, pinned=False)
+    running(cluster, "slice-60")
+    assert cluster.core().read_namespaced_pod("slice-60", "default").spec.node_name == cluster.node_name
+    env = cluster.container_env("slice-60")
+    assert env[NV_ENV] == card["uuid"]
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{card['memory'] * 60 // 100}m"
+
+    create(cluster, "slice-50", {SLICED: "1", memory: "50"}, pinned=False)
+    reason = pending_reason(cluster, "slice-50")
+    assert f"Insufficient {memory}" in reason, reason
+    assert phase(cluster, "slice-50").phase == "Pending"
+    assert "Traceback" not in dm.output()
