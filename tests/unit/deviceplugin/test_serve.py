@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -150,6 +151,25 @@ def test_usage_errors_exit_2_naming_the_problem(args: list[str], message: str) -
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_health_port_in_use_is_a_usage_error(plugin_dir: Path, api: ApiServer, tmp_path: Path) -> None:
+    """/readyz and /livez cannot be served: exit 2 naming the flags and the remedy, nothing registered."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        out = subprocess.run(
+            serve_args(plugin_dir, api, tmp_path, "--secure-port", port, "--once-registered"),
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=120,
+        )
+    assert out.returncode == 2, out.stderr
+    assert f"--bind-address 127.0.0.1 --secure-port {port} could not be bound" in out.stderr
+    assert "choose a free port with --secure-port" in out.stderr and "Traceback" not in out.stderr
+    assert sorted(p.name for p in plugin_dir.iterdir()) == [], "a socket was created"
 
 
 def test_once_registered_registers_every_pool_and_cleans_up(
