@@ -1,4 +1,4 @@
-"""Ansible-side benchmarks. Run: python bench/ansible_bench.py [--runs 5] [--hosts 200] [--forks 10].
+"""Ansible-side benchmarks. Run: python bench/ansible_bench.py [--runs 5] [--hosts 200] [-f 10].
 
 Prints numbers and ratios against baselines measured in the same run; asserts nothing.
 
@@ -12,7 +12,10 @@ Prints numbers and ratios against baselines measured in the same run; asserts no
     simulated fleet's fixture hosts): wall time of ``ansible-playbook playbooks/preflight.yml -f N``
     vs ``ansible all -m ping -f N`` on the same inventory, both in this run. Target: fleet <= 1.5x ping
     (FLEET_TARGET); the verdict line says ``met`` or ``NOT met`` with the ratio. A timeline callback
-    splits the playbook into its tasks (per-host preflight vs the one fleet report).
+    splits the playbook into its tasks (per-host preflight vs the one fleet report). With ``--floor``, a
+    third run in the same loop: the same role and playbook with the preflight module swapped for a
+    stand-in that only returns the host's own result, saved beforehand (no package import, no pass) --
+    what the playbook costs around the pass, the floor no preflight module can go under.
 (c) where a module's time goes: interpreter start, imports, one pass -- cold, in a fresh process per
     fleet fixture as each host pays it, and warm in process.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -259,7 +263,67 @@ def fleet_commands(work: Path, inventory: Path, forks: int) -> dict[str, list[st
     return {"ping": ping, "fleet": playbook}
 
 
-def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int) -> None:
+# The floor's stand-in for the preflight module: the module's own options, the host's saved result.
+FLOOR_MODULE = """#!/usr/bin/python
+import json, os
+from ansible.module_utils.basic import AnsibleModule
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        host_root=dict(type="path"), manufacturers=dict(type="list", elements="str"),
+        dry_run=dict(type="bool", default=False), fail_on=dict(type="str", default="unavailable"),
+        runtime=dict(type="str"), probe_image=dict(type="str"), detect_root=dict(type="path"),
+        capabilities=dict(type="bool", default=True), preload_source=dict(type="path"),
+        saved=dict(type="path", required=True)), supports_check_mode=True)
+    name = os.path.basename(module.params["host_root"].rstrip("/")) + ".json"
+    with open(os.path.join(module.params["saved"], name)) as handle:
+        module.exit_json(**json.load(handle))
+main()
+"""
+
+# One host's preflight result, as the module returns it, saved for the floor's stand-in.
+SAVE_RESULT = """
+import json, sys
+from ansible_collections.gpustack.accelerators.plugins.module_utils import gpustack
+api = gpustack.gpustack_api
+root = sys.argv[1]
+report = api.run_preflight(api.make_request(root, None), host_root=root)
+runtime = report.runtime.model_dump(mode="json", exclude_none=True) if report.runtime else {}
+result = dict(changed=False, report=report.wire(), summary=report.summary(), runtime=runtime, dry_run=False,
+              failures=report.failures())
+with open(sys.argv[2], "w") as out:
+    json.dump(result, out)
+"""
+
+
+def floor_playbook(work: Path, env: dict[str, str]) -> Path:
+    """The preflight playbook and role with the module swapped for :data:`FLOOR_MODULE`, and the saved
+    result of every fixture it returns."""
+    floor = work / "floor"
+    saved = floor / "saved"
+    saved.mkdir(parents=True, exist_ok=True)
+    child_env = {**env, "PYTHONPATH": str(REPO / "collections")}
+    for fixture in FLEET_FIXTURES:
+        cmd = [sys.executable, "-c", SAVE_RESULT, str(HOSTS / fixture), str(saved / f"{fixture}.json")]
+        subprocess.run(cmd, capture_output=True, env=child_env, check=True)
+    (floor / "library").mkdir(exist_ok=True)
+    (floor / "library" / "gpa_floor_preflight.py").write_text(FLOOR_MODULE)
+    role = floor / "roles" / "floor_preflight"
+    shutil.copytree(REPO / "roles" / "preflight", role, dirs_exist_ok=True)
+    tasks = role / "tasks" / "main.yml"
+    text = tasks.read_text()
+    module = "  gpustack.accelerators.preflight:\n"
+    assert text.count(module) == 1, "the role's preflight task moved: update the floor's stand-in"
+    text = text.replace(
+        module, f'  gpa_floor_preflight:\n    saved: {saved}\n    host_root: "{{{{ gpustack_host_root }}}}"\n'
+    )
+    tasks.write_text(text)
+    play = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())
+    play[0]["roles"] = [{"role": "floor_preflight"}]
+    (floor / "floor.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    return floor / "floor.yml"
+
+
+def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int, floor: bool = False) -> None:
     env = ansible_env(work)
     inventory = fleet_inventory(work / f"fleet-{hosts}.yml", hosts)
     # uncounted: one host per fixture through both, so every module either run loads has its bytecode
@@ -267,11 +331,13 @@ def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int) -> None:
     for key, cmd in fleet_commands(work, warm, forks).items():
         timed(cmd, env, work / f"timeline-warm-{key}.jsonl")
     commands = fleet_commands(work, inventory, forks)
-    ping, playbook = commands["ping"], commands["fleet"]
-    samples: dict[str, list[float]] = {"fleet": [], "ping": []}
+    if floor:
+        stand_in = [str(floor_playbook(work, env)), *commands["fleet"][2:]]
+        commands["floor"] = [commands["fleet"][0], *stand_in]
+    samples: dict[str, list[float]] = {key: [] for key in commands}
     last: dict[str, list[dict[str, object]]] = {}
     for _ in range(runs):
-        for key, cmd in (("ping", ping), ("fleet", playbook)):
+        for key, cmd in commands.items():
             wall, rc, events = timed(cmd, env, work / f"timeline-{key}.jsonl")
             if rc != 0:
                 raise RuntimeError(f"{key} run failed with {rc}: {' '.join(cmd)}")
@@ -284,8 +350,17 @@ def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int) -> None:
     ratio = fleet / ping_wall
     verdict = "met" if ratio <= FLEET_TARGET else "NOT met"
     print(f"  verdict: {verdict} -- fleet/ping {ratio:.2f}x against the target <= {FLEET_TARGET}x")
+    if floor:
+        low = median(samples["floor"])
+        print(
+            f"  the floor, a stand-in module returning each host's saved result: {fmt(low).strip()}"
+            f" ({low / ping_wall:.2f}x ping); the preflight pass itself: {fmt(fleet - low).strip()}"
+        )
     print("  where the playbook's time goes (last run; first start -> last end per task):")
-    for label, events in (("", last["fleet"]), ("ping: ", last["ping"])):
+    runs_shown = [("", last["fleet"]), ("ping: ", last["ping"])]
+    if floor:
+        runs_shown.append(("floor: ", last["floor"]))
+    for label, events in runs_shown:
         for task, (span, n) in phases(events).items():
             name = (label + task.rpartition(" : ")[2])[:56]
             print(f"    {name:<56} {fmt(span)}   {n} host(s)")
@@ -383,8 +458,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs per measurement of (a) and (c) (default 5)")
     parser.add_argument("--fleet-runs", type=int, default=1, help="runs per command of (b) (default 1)")
     parser.add_argument("--hosts", type=int, default=200, help="simulated fleet size (default 200)")
-    parser.add_argument("--forks", type=int, action="append", help="forks for (b), repeatable (default 10)")
+    parser.add_argument(
+        "-f", "--forks", type=int, action="append", help="forks for (b), as ansible's -f; repeatable (default 10)"
+    )
     parser.add_argument("--only", choices=["facts", "fleet", "breakdown"], action="append")
+    parser.add_argument("--floor", action="store_true", help="(b) also runs the playbook around a no-op module")
     args = parser.parse_args(argv)
     only = set(args.only or ["facts", "fleet", "breakdown"])
     with tempfile.TemporaryDirectory(prefix="gpa-bench-") as tmp:
@@ -400,7 +478,7 @@ def main(argv: list[str] | None = None) -> None:
             facts_vs_setup(work, args.runs)
         if "fleet" in only:
             for forks in args.forks or [10]:
-                fleet_vs_ping(work, args.hosts, forks, args.fleet_runs)
+                fleet_vs_ping(work, args.hosts, forks, args.fleet_runs, args.floor)
 
 
 if __name__ == "__main__":
