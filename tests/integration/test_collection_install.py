@@ -256,7 +256,9 @@ def test_each_venv_holds_the_bundled_wheel_and_the_wheelhouse(fleet: dict[str, A
     assert not list((project / "wheelhouse").glob("gpustack_operator-*")), "the package came from the wheelhouse"
     # what `dm serve` needs came with it (issue 17): the device plugin's gRPC and the API server's client
     imports = subprocess.run(
-        [venv / "bin" / "python", "-c", "import grpc, kubernetes, google.protobuf"], capture_output=True, text=True
+        [venv / "bin" / "python", "-c", "import grpc, kubernetes, google.protobuf, cryptography"],
+        capture_output=True,
+        text=True,
     )
     assert imports.returncode == 0, imports.stderr
     for name in ("grpcio", "kubernetes", "protobuf"):

@@ -171,7 +171,7 @@ def test_a_later_separate_run_finds_the_venv_the_role_recorded(
 ) -> None:
     """Issue 17: install, then -- in another ansible-playbook process, with the host's interpreter
     still the system's -- the modules re-run under the recorded venv. The install pulls in what
-    `dm serve` needs: the venv imports grpc and kubernetes, and `dm serve --help` answers."""
+    `dm serve` needs: the venv imports grpc, kubernetes and cryptography, and `dm serve --help` answers."""
     venv = tmp_path / "venv"
     first = run_play(
         ansible_env,
@@ -195,7 +195,11 @@ def test_a_later_separate_run_finds_the_venv_the_role_recorded(
         "version": wheel.name.split("-")[1],
     }
     imports = subprocess.run(
-        [venv / "bin" / "python", "-c", "import grpc, kubernetes, google.protobuf; print(grpc.__version__)"],
+        [
+            venv / "bin" / "python",
+            "-c",
+            "import grpc, kubernetes, google.protobuf, cryptography; print(grpc.__version__)",
+        ],
         capture_output=True,
         text=True,
     )
