@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -222,14 +223,23 @@ def fleet_inventory(path: Path, hosts: int) -> Path:
     return path
 
 
-def timed(cmd: list[str], env: dict[str, str], timeline: Path) -> tuple[float, int, list[dict[str, object]]]:
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every waited-for descendant so far: a run's workers and module
+    processes included, since each parent waits for its own."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], env: dict[str, str], timeline: Path) -> tuple[float, float, int, list[dict[str, object]]]:
+    """(wall seconds, CPU seconds of the run's processes, exit code, timeline events) of one run."""
     timeline.unlink(missing_ok=True)
     run_env = {**env, "GPA_TIMELINE": str(timeline), "ANSIBLE_CALLBACKS_ENABLED": "gpa_bench_timeline"}
+    cpu = children_cpu()
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     events = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.exists() else []
-    return wall, proc.returncode, events
+    return wall, children_cpu() - cpu, proc.returncode, events
 
 
 def phases(events: list[dict[str, object]]) -> dict[str, tuple[float, int]]:
@@ -335,13 +345,15 @@ def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int, floor: bool = F
         stand_in = [str(floor_playbook(work, env)), *commands["fleet"][2:]]
         commands["floor"] = [commands["fleet"][0], *stand_in]
     samples: dict[str, list[float]] = {key: [] for key in commands}
+    cpus: dict[str, list[float]] = {key: [] for key in commands}
     last: dict[str, list[dict[str, object]]] = {}
     for _ in range(runs):
         for key, cmd in commands.items():
-            wall, rc, events = timed(cmd, env, work / f"timeline-{key}.jsonl")
+            wall, cpu, rc, events = timed(cmd, env, work / f"timeline-{key}.jsonl")
             if rc != 0:
                 raise RuntimeError(f"{key} run failed with {rc}: {' '.join(cmd)}")
             samples[key].append(wall)
+            cpus[key].append(cpu)
             last[key] = events
     fleet, ping_wall = median(samples["fleet"]), median(samples["ping"])
     print(f"== (b) {hosts} simulated hosts (connection: local), -f {forks}, median of {runs}")
@@ -350,6 +362,13 @@ def fleet_vs_ping(work: Path, hosts: int, forks: int, runs: int, floor: bool = F
     ratio = fleet / ping_wall
     verdict = "met" if ratio <= FLEET_TARGET else "NOT met"
     print(f"  verdict: {verdict} -- fleet/ping {ratio:.2f}x against the target <= {FLEET_TARGET}x")
+    # the runs' own CPU seconds: what they cost, steadier than wall time on a machine others load too
+    ping_cpu, fleet_cpu = median(cpus["ping"]), median(cpus["fleet"])
+    print(
+        f"  CPU of the runs' processes: ping {fmt(ping_cpu).strip()}, playbook {fmt(fleet_cpu).strip()}"
+        f" ({fleet_cpu / ping_cpu:.2f}x)"
+        + (f", floor {fmt(median(cpus['floor'])).strip()} ({median(cpus['floor']) / ping_cpu:.2f}x)" if floor else "")
+    )
     if floor:
         low = median(samples["floor"])
         print(
