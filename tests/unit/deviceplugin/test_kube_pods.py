@@ -120,14 +120,6 @@ class ApiServer:
         self.httpd.server_close()
 
 
-@pytest.fixture(autouse=True)
-def no_proxy_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.delenv("KUBECONFIG", raising=False)
-
-
 @pytest.fixture
 def api() -> Iterator[ApiServer]:
     server = ApiServer()
