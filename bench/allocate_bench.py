@@ -10,9 +10,11 @@ server over a unix socket, measured in the same run; never asserted in tests.
 - how long a ledger change takes to reach a ``ListAndWatch`` stream;
 - ``device-manager serve`` RSS with all nine backends registered;
 - (``bench/durable_bench.py``, issue 18) ``Allocate`` through the watch-backed pod view and the durable
-  annotation PATCH against the echo plus one PATCH, and Pod deleted -> tokens Healthy on the stream.
+  annotation PATCH against the echo plus one PATCH, Pod deleted -> tokens Healthy on the stream, the
+  restart with 110 Pods, and ``dm serve``'s RSS with 110 Pods watched -- against the API-server
+  stand-in, or with ``--api kube-local`` a real ``kube-apiserver`` started for the run.
 
-Run: python bench/allocate_bench.py [--calls 2000]
+Run: python bench/allocate_bench.py [--calls 2000] [--api standin|kube-local] [--only-durable]
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ def line(name: str, samples: list[float], base: list[float] | None = None) -> st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument(
+        "--api",
+        choices=["standin", "kube-local"],
+        default="standin",
+        help="the API server of the durable half: the HTTP stand-in (default) or a real kube-apiserver "
+        "started for the run (kube-local; needs root)",
+    )
+    parser.add_argument("--only-durable", action="store_true", help="skip the in-process plugin half")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         echo_sock = f"{tmp}/echo.sock"
@@ -90,11 +100,13 @@ def main() -> int:
 
             # the echo carries the very request bytes each plugin call carries, in calls interleaved
             # with the plugin's (the same machine noise hits both)
-            plugin_bench.run(Path(tmp), args.calls, lambda payload: stub(payload, timeout=5), line)
+            if not args.only_durable:
+                plugin_bench.run(Path(tmp), args.calls, lambda payload: stub(payload, timeout=5), line)
             from bench import durable_bench  # noqa: PLC0415 (issue 18: the watch view and the annotation)
 
-            durable_bench.run(Path(tmp), min(args.calls, 500), lambda payload: stub(payload, timeout=5), line)
+            durable_bench.run(Path(tmp), min(args.calls, 500), lambda payload: stub(payload, timeout=5), line, args.api)
             durable_bench.bench_restart(Path(tmp))
+            durable_bench.bench_rss_watched(Path(tmp), args.api)
         finally:
             channel.close()
             server.stop(0)

@@ -10,11 +10,25 @@
   event releases it; the 30 s reconcile plays no part): p50 / p99 / max over the rounds (bound: p99
   <= 1 s).
 
-The API server is the test suite's HTTP stand-in on loopback (``tests/kube/apiserver.py``, the
-official client talking to it unchanged), not a real ``kube-apiserver``: its PATCH costs what a
-Python ``ThreadingHTTPServer`` costs, and the same server answers the floor's PATCH, so the ratio
-compares like with like. The kubelet's pod-resources ``List`` is answered from memory here (its round
-trip is measured on its own by ``plugin_bench.bench_identification``).
+- ``dm serve``'s RSS with 110 Pods on its node watched (issue 18's bound: <= 80 MiB with all nine
+  backends): the nine backends' allocators and plugin servers plus the watch-backed view of 110 Pods
+  in one process (:func:`bench_rss_watched`), and the real ``dm serve`` process on the
+  mixed-cambricon-metax fixture (detection of all nine manufacturers loaded, two served) with the
+  same 110 Pods.
+
+Two API servers, chosen with ``--api`` (``bench/allocate_bench.py --api``):
+
+- ``standin`` (the default): the test suite's HTTP stand-in on loopback (``tests/kube/apiserver.py``,
+  the official client talking to it unchanged) in a process of its own. Its PATCH costs what a Python
+  ``ThreadingHTTPServer`` costs.
+- ``kube-local``: a real ``kube-apiserver`` 1.20.2 with etcd (``tests/tools/kube_cluster.py``, started
+  for the run, loopback only; needs root), over TLS with a bearer token as in a cluster. The Pods are
+  bound to a node no kubelet runs (``spec.nodeName``), so nothing starts them, and are deleted with a
+  grace period of 0.
+
+Either way the same server answers the floor's PATCH, so the ratio compares like with like. The
+kubelet's pod-resources ``List`` is answered from memory here (its round trip is measured on its own
+by ``plugin_bench.bench_identification``).
 """
 
 from __future__ import annotations
@@ -86,6 +100,47 @@ class ApiProcess:
         self.child.communicate("", timeout=30)
 
 
+class ClusterApi:
+    """A real ``kube-apiserver`` (kube-local) with :class:`ApiProcess`'s methods; ``kubeconfig`` is what
+    the plugin's client is built from (TLS, bearer token)."""
+
+    def __init__(self) -> None:
+        from tests.tools.kube_cluster import KubeCluster, cannot_run  # noqa: PLC0415
+
+        reason = cannot_run()
+        if reason is not None:
+            raise SystemExit(f"--api kube-local: {reason}")
+        self.cluster = KubeCluster.start()
+        self.url = self.cluster.env["KUBE_LOCAL_API"]
+        self.kubeconfig: str | None = str(self.cluster.kubeconfig)
+        self.core = self.cluster.core()
+
+    def add_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        namespace = manifest["metadata"].get("namespace", "default")
+        answer = self.core.create_namespaced_pod(namespace, manifest, _preload_content=False)
+        return json.loads(answer.data)  # type: ignore[no-any-return]
+
+    def delete(self, namespace: str, name: str) -> None:
+        self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+    def pods(self) -> list[dict[str, Any]]:
+        answer = self.core.list_namespaced_pod("default", _preload_content=False)
+        return json.loads(answer.data)["items"]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.cluster.stop(check=False)
+
+
+def api_server(kind: str) -> Any:
+    """The API server the run talks to: ``standin`` (:class:`ApiProcess`) or ``kube-local``
+    (:class:`ClusterApi`)."""
+    if kind == "kube-local":
+        return ClusterApi()
+    api = ApiProcess()
+    api.kubeconfig = None  # type: ignore[attr-defined]
+    return api
+
+
 class CountingPatcher:
     """The plugin's AnnotationPatcher, counted."""
 
@@ -125,7 +180,7 @@ def _wait_view(watch: Any, check: Any, timeout: float = 5.0) -> None:
         version = watch.wait_change(version, min(left, 0.5))
 
 
-def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
+def run(tmp: Path, calls: int, echo: Echo, line: Line, api_kind: str = "standin") -> None:
     from gpustack_operator.kube.annotations import AnnotationPatcher  # noqa: PLC0415
     from gpustack_operator.kube.pods import make_api_client  # noqa: PLC0415
     from gpustack_operator.kube.podwatch import PodWatch  # noqa: PLC0415
@@ -134,12 +189,17 @@ def run(tmp: Path, calls: int, echo: Echo, line: Line) -> None:
 
     plugin_dir = tmp / "durable-plugins"
     plugin_dir.mkdir()
-    api = ApiProcess()
+    api = api_server(api_kind)
+    server = None if api.kubeconfig else api.url
+    which = "a real kube-apiserver 1.20.2 (kube-local)" if api.kubeconfig else "the stand-in"
+    print(f"  API server: {which} at {api.url}")
     try:
-        client = make_api_client(None, api.url)
+        client = make_api_client(api.kubeconfig, server)
         watch = PodWatch(client, NODE).start()
+        if not watch.wait_synced(30):
+            raise SystemExit("the pod view did not sync with the API server")
         patcher = CountingPatcher(AnnotationPatcher(client))
-        floor_patcher = AnnotationPatcher(make_api_client(None, api.url))
+        floor_patcher = AnnotationPatcher(make_api_client(api.kubeconfig, server))
         pods = WatchedPods(watch)
         nvidia = resolve(REGISTRY["nvidia"].identity)
         responder = REGISTRY["nvidia"].responder
@@ -357,3 +417,100 @@ def bench_restart(tmp: Path, pods: int = 110, holders: int = 8) -> None:
                 proc.wait(30)
     finally:
         api.close()
+
+
+RSS_WATCHED_CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[2])
+from pathlib import Path
+from bench.plugin_bench import nine_backends
+print(nine_backends(Path(sys.argv[1]), (sys.argv[3] or None, sys.argv[4] or None)), flush=True)
+"""
+
+
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) / 1024
+
+
+def bench_rss_watched(tmp: Path, api_kind: str = "standin", pods: int = 110) -> None:
+    """Issue 18's memory bound (<= 80 MiB with all nine backends and 110 Pods watched), two ways:
+    (1) the nine backends' allocators and plugin servers with the watch-backed view of ``pods`` Pods in
+    one process (``plugin_bench.nine_backends``); (2) the real ``dm serve`` process on the
+    mixed-cambricon-metax fixture (all nine manufacturers' detection loaded, two served: what a node
+    serves) with the same Pods, its health endpoint and detection loop running, registered with a
+    kubelet stand-in. Either is read once registration is done (the view has synced by then)."""
+    from tests.conftest import BIN, host  # noqa: PLC0415
+    from tests.kube.apiserver import pod_manifest  # noqa: PLC0415
+    from tests.kubelet.standin import KubeletStandIn  # noqa: PLC0415
+
+    api = api_server(api_kind)
+    repo = str(Path(__file__).resolve().parent.parent)
+    server = "" if api.kubeconfig else api.url
+    try:
+        for n in range(pods):
+            limits = {"nvidia.com/gpu": "1"} if n % 10 == 0 else {}
+            api.add_pod(pod_manifest(f"rss{n}", node_name=NODE, containers=[("main", limits), ("side", {})]))
+        child_tmp = tmp / "rss-watched"  # nine_backends registers at <its tmp>/rss-plugins/kubelet.sock
+        (child_tmp / "rss-plugins").mkdir(parents=True)
+        with KubeletStandIn(child_tmp / "rss-plugins", tmp / "rss-watched-pr.sock"):
+            out = subprocess.run(
+                [sys.executable, "-c", RSS_WATCHED_CHILD, str(child_tmp), repo, api.kubeconfig or "", server],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+        text = out.stdout.strip() if out.returncode == 0 else f"the child failed: {out.stderr.strip()[-400:]}"
+        print(f"{'nine backends + the pod view: RSS':<44} {text}")
+        write_root = tmp / "rss-serve-host"
+        write_root.mkdir()
+        with KubeletStandIn(tmp / "rss-serve-dp", tmp / "rss-serve-pr" / "kubelet.sock") as kubelet:
+            argv = [str(BIN / "gpustack-operator"), "dm", "serve", "--detect-root", str(host("mixed-cambricon-metax"))]
+            argv += ["--kube-socket", str(kubelet.socket), "--pod-resources-socket", str(kubelet.pod_resources_socket)]
+            argv += ["--node-name", NODE, "--host-write-root", str(write_root)]
+            argv += ["--secure-port", "0", "--bind-address", "127.0.0.1"]
+            if api.kubeconfig:
+                argv, how = in_cluster(api, argv, tmp), "in-cluster service account"
+            else:
+                argv, how = [*argv, "--kube-api-server", api.url], "--kube-api-server"
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 90
+                while len(kubelet.resources()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+                    time.sleep(0.2)
+                time.sleep(2.0)  # a publishing round and the first capacity write settle
+                served = sorted(kubelet.resources())
+                if proc.poll() is not None:
+                    print(f"{'dm serve (mixed-cambricon-metax): RSS':<44} serve exited {proc.returncode}")
+                else:
+                    rss = _rss_mib(proc.pid)
+                    verdict = "met" if rss <= 80 else "NOT met"
+                    print(
+                        f"{'dm serve (mixed-cambricon-metax): RSS':<44} {rss:.1f} MiB with {pods} Pods watched, "
+                        f"{len(served)} resources registered, {how} (<= 80 MiB: {verdict})"
+                    )
+            finally:
+                proc.terminate()
+                proc.wait(30)
+    finally:
+        api.close()
+
+
+def in_cluster(api: Any, argv: list[str], tmp: Path) -> list[str]:
+    """``argv`` run as in the DaemonSet's Pod: the API server found from ``KUBERNETES_SERVICE_HOST`` /
+    ``_PORT`` and the service-account token and CA at /var/run/secrets/kubernetes.io/serviceaccount --
+    mounted on a tmpfs over /run in a private mount namespace of its own (nothing is written to the
+    machine's /run), then the process exec'd in place (its pid is serve's)."""
+    secrets = tmp / "serviceaccount"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "token").write_text(api.cluster.env["KUBE_LOCAL_TOKEN"])
+    (secrets / "ca.crt").write_bytes((api.cluster.state / "certs" / "apiserver.crt").read_bytes())
+    (secrets / "namespace").write_text("gpustack-system")
+    host, port = api.url.removeprefix("https://").rsplit(":", 1)
+    mount = "/run/secrets/kubernetes.io/serviceaccount"
+    script = (
+        f"mount -t tmpfs tmpfs /run && mkdir -p {mount} && cp {secrets}/* {mount}/ && "
+        f'KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} exec "$@"'
+    )
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "serve", *argv]

@@ -311,9 +311,18 @@ def bench_rss(tmp: Path) -> None:
     print(f"{'dm serve, nine backends registered: RSS':<44} {out.stdout.strip()}  ({registered} resources registered)")
 
 
-def nine_backends(tmp: Path) -> str:
+def nine_backends(tmp: Path, watch: tuple[str | None, str | None] | None = None) -> str:
     """(In the child) one allocator and its plugins per manufacturer, two accelerators each; the RSS
-    once every plugin has registered."""
+    once every plugin has registered. ``watch`` = (kubeconfig, API server URL): also the watch-backed
+    view of the node's Pods (``kube/podwatch.py``, as ``dm serve`` runs it), synced first."""
+    view = None
+    if watch is not None:
+        from gpustack_operator.kube.pods import make_api_client  # noqa: PLC0415
+        from gpustack_operator.kube.podwatch import PodWatch  # noqa: PLC0415
+
+        view = PodWatch(make_api_client(*watch), NODE).start()
+        if not view.wait_synced(60):
+            return "the pod view did not sync"
     groups = {name: _two_cards(name) for name in REGISTRY}
     servers: list[PluginServer] = []
     for name, group in groups.items():
@@ -335,7 +344,11 @@ def nine_backends(tmp: Path) -> str:
         line.split()[1] for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS")
     )
     plugins.stop()
-    return f"{int(rss) / 1024:.1f} MiB ({len(servers)} plugin servers, {'all' if ok else 'NOT all'} registered)"
+    watched = "" if view is None else f", {len(view.node_pods())} Pods watched"
+    if view is not None:
+        view.stop()
+    registered = "all" if ok else "NOT all"
+    return f"{int(rss) / 1024:.1f} MiB ({len(servers)} plugin servers, {registered} registered{watched})"
 
 
 def _two_cards(manufacturer: str) -> DevicesGroup:
