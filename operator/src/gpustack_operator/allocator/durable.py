@@ -1,8 +1,10 @@
 """The durable side of an :class:`~gpustack_operator.allocator.core.Allocator` (issue 18), kept apart
 from the decision so each file stays readable: the ``device.gpustack.ai/accelerator.allocated``
 annotation written after a grant (supplement §1.8 rules 5, 6, 8), the give-back when it cannot be
-written, the node-local ownership record's model, restart recovery (``recover``, over the pure
-``allocator/recovery.py``), and the test-only crash seam :func:`kill_point`.
+written and its background retry (stopped with the Device Manager: :meth:`DurableMixin.stop_retries`,
+:func:`stop_retries`), the node-local ownership record's model, restart recovery (``recover``, over the
+pure ``allocator/recovery.py``: annotations, node records, the ``Devices`` status the caller read,
+the kubelet's ``List``), and the test-only crash seam :func:`kill_point`.
 
 :class:`DurableMixin` is mixed into ``Allocator``; it uses the allocator's state and the few methods
 named under ``TYPE_CHECKING`` below (defined in ``core.py``).
@@ -14,7 +16,9 @@ import logging
 import os
 import signal
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import BaseModel, Field, ValidationError
@@ -24,6 +28,7 @@ from gpustack_operator.allocator.ledger import (
     AllocatedEntry,
     Claim,
     ClaimKey,
+    DevicesAllocationGroup,
     Ledger,
     parse_allocated,
     render_allocated,
@@ -88,6 +93,21 @@ class AllocatedRecord(BaseModel):
     allocated: dict[str, AllocatedEntry] = Field(default_factory=dict)
 
 
+RETRY_JOIN_TIMEOUT = 5.0  # how long stopping waits for the give-back retry threads to end
+
+
+@dataclass
+class _Retries:
+    """The give-back retry threads of one allocator and the event that ends them."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: set[threading.Thread] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_RETRIES_INIT = threading.Lock()  # creates each allocator's _Retries once (core.py's __init__ is not ours)
+
+
 class DurableMixin:
     """See the module docstring."""
 
@@ -150,9 +170,7 @@ class DurableMixin:
             self._bump()
         log.warning("%s: %s; the allocation is given back", self.manufacturer.name, error)
         if not self._write_given_back(pod):
-            threading.Thread(
-                target=self._retry_given_back, args=(pod,), name=f"give-back {pod.key}", daemon=True
-            ).start()
+            self._start_retry(pod)
         labels = ", ".join(sorted({f"{e.pod.key} container {e.key[1]}" for e in done}))
         raise RefusedError(
             f"{labels}: the allocation could not be recorded on the Pod ({error}); the reservation is given back "
@@ -160,11 +178,14 @@ class DurableMixin:
             Code.UNAVAILABLE,
         )
 
-    def _write_given_back(self, pod: PodSpec) -> bool:
-        """Write the annotation as it stands after a give-back; False when the patch failed."""
+    def _write_given_back(self, pod: PodSpec, stop: threading.Event | None = None) -> bool:
+        """Write the annotation as it stands after a give-back; False when the patch failed, or was not
+        tried because ``stop`` is set (checked under the patch lock, right before the patch)."""
         if self._recorder is None:
             return True
         with self._patch_lock:
+            if stop is not None and stop.is_set():
+                return False
             after = self.annotation_value(pod)
             try:
                 self._recorder.record(pod, after)
@@ -174,12 +195,42 @@ class DurableMixin:
             self._stale.pop(pod.uid, None)
             return True
 
+    def _retries(self) -> _Retries:
+        state: _Retries | None = getattr(self, "_retry_state", None)
+        if state is None:
+            with _RETRIES_INIT:
+                state = getattr(self, "_retry_state", None)
+                if state is None:
+                    state = _Retries()
+                    self._retry_state = state
+        return state
+
+    def _start_retry(self, pod: PodSpec) -> None:
+        """A daemon thread retrying ``pod``'s give-back (:meth:`_retry_given_back`), unless stopping."""
+        state = self._retries()
+        with state.lock:
+            state.threads = {t for t in state.threads if t.is_alive()}
+            if state.stop.is_set():
+                log.warning(
+                    "%s: stopping: the given-back annotation of %s is not retried (a restart recovers from the "
+                    "ledger's truth: the reservation was given back)",
+                    self.manufacturer.name,
+                    pod.key,
+                )
+                return
+            thread = threading.Thread(
+                target=self._retry_given_back, args=(pod,), name=f"give-back {pod.key}", daemon=True
+            )
+            state.threads.add(thread)
+            thread.start()
+
     def _retry_given_back(self, pod: PodSpec, initial: float = 0.5, limit: float = 30.0) -> None:
         """Rule 8: the give-back is retried until it lands or the Pod is gone (backoff ``initial``
-        doubling to ``limit``)."""
+        doubling to ``limit``) -- or until :meth:`stop_retries`, which wakes the backoff at once; no
+        patch is started once it was called."""
+        stop = self._retries().stop
         delay = initial
-        while True:
-            threading.Event().wait(delay)
+        while not stop.wait(delay):
             delay = min(delay * 2, limit)
             try:
                 current = next((p for p in self._pods.node_pods() if p.uid == pod.uid), None)
@@ -190,9 +241,37 @@ class DurableMixin:
                     self._stale.pop(pod.uid, None)
                 log.info("%s: %s is gone; its given-back annotation no longer matters", self.manufacturer.name, pod.key)
                 return
-            if self._write_given_back(current):
+            if self._write_given_back(current, stop=stop):
                 log.info("%s: the given-back annotation of %s is written", self.manufacturer.name, pod.key)
                 return
+        log.info("%s: stopping: the give-back of %s is no longer retried", self.manufacturer.name, pod.key)
+
+    def request_stop_retries(self) -> None:
+        """Wake every give-back retry thread and end it (no patch starts after this); returns at once."""
+        state = self._retries()
+        with state.lock:
+            state.stop.set()
+
+    def stop_retries(self, timeout: float = RETRY_JOIN_TIMEOUT) -> list[str]:
+        """End every give-back retry thread, waiting at most ``timeout`` seconds in all; the names of
+        the threads still running then (each inside a patch started before the stop, bounded by the
+        recorder's own timeout; it ends after that patch without another). Serve's shutdown calls it
+        (or :func:`stop_retries` for every allocator at once) after the plugin servers stopped."""
+        self.request_stop_retries()
+        return self._join_retries(time.monotonic() + max(timeout, 0.0))
+
+    def _join_retries(self, deadline: float) -> list[str]:
+        state = self._retries()
+        with state.lock:
+            threads = list(state.threads)
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        with state.lock:
+            state.threads = {t for t in state.threads if t.is_alive()}
+            left = sorted(t.name for t in state.threads)
+        for name in left:
+            log.warning("%s: %s is still inside a patch after the stop; it ends after it", self.manufacturer.name, name)
+        return left
 
     def annotation_value(self, pod: PodSpec) -> str | None:
         """The annotation ``pod`` should carry: this allocator's claims, beside other manufacturers'
@@ -221,11 +300,14 @@ class DurableMixin:
         self._parsed[pod.uid] = (raw, entries)
         return entries
 
-    def recover(self) -> list[str]:
+    def recover(self, status: Sequence[DevicesAllocationGroup] | None = None) -> list[str]:
         """Restart recovery, before the plugins register (``allocator/recovery.py``): the claims of the
-        node's Pods' annotations, then of their node-local ownership records, then of what the
-        kubelet's pod-resources ``List`` says it holds; one line per claim rebuilt from the last two
-        and per holding that could not be rebuilt (each logged). Raises :class:`RefusedError`
+        node's Pods' annotations, then of their node-local ownership records, then of the holders the
+        node's last published ``Devices`` status names (``status``: the groups the caller read with
+        ``kube/devicesread.py::read_devices_status`` before anything was published again -- ``None``
+        when it was not read; this allocator never calls the API server), then of what the kubelet's
+        pod-resources ``List`` says it holds; one line per claim rebuilt from the last three and per
+        holding that could not be rebuilt (each logged). Raises :class:`RefusedError`
         (``UNAVAILABLE``) when the node's Pods cannot be read."""
         with self._lock:
             pods = self._node_pods()
@@ -240,6 +322,17 @@ class DurableMixin:
                     self._ledger.claims[claim.key] = claim
                     held = ",".join(claim.accelerators)
                     lines.append(f"{claim.label}: {claim.family} on {held} recovered from its node record")
+            if status is not None:
+                claims, problems = recovery.claims_from_status(
+                    status, pods, self.manufacturer.name, self._ledger.cards, self._ledger.claims
+                )
+                for claim in claims:
+                    self._ledger.claims[claim.key] = claim
+                    lines.append(
+                        f"{claim.label}: {claim.family} on {','.join(claim.accelerators)} recovered from the Devices "
+                        "status (no annotation or node record recorded it)"
+                    )
+                lines.extend(problems)
             kubelet = self._pods.kubelet_pods()
             if kubelet is None:
                 lines.append(
@@ -307,4 +400,24 @@ class DurableMixin:
             self._write_record(pod)  # names what is still held, or nothing (_forget_record_entries)
 
 
-__all__ = ["KILL_AT_ENV", "KILL_POINTS", "AllocatedRecord", "Done", "DurableMixin", "kill_point"]
+def stop_retries(allocators: Iterable[DurableMixin], timeout: float = RETRY_JOIN_TIMEOUT) -> list[str]:
+    """Wake and end the give-back retry threads of every allocator at once, then wait for them against
+    one deadline ``timeout`` seconds away; the names of the threads still inside a patch then. What
+    serve's shutdown calls, after the plugin servers stopped (so no ``Allocate`` starts a new one)."""
+    listed = list(allocators)
+    for allocator in listed:
+        allocator.request_stop_retries()
+    deadline = time.monotonic() + max(timeout, 0.0)
+    return [name for allocator in listed for name in allocator._join_retries(deadline)]
+
+
+__all__ = [
+    "KILL_AT_ENV",
+    "KILL_POINTS",
+    "RETRY_JOIN_TIMEOUT",
+    "AllocatedRecord",
+    "Done",
+    "DurableMixin",
+    "kill_point",
+    "stop_retries",
+]
