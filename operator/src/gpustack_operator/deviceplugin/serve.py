@@ -126,15 +126,19 @@ class Cluster:
     client: Any = None  # the API client the node capacity keys and the published objects are written with
 
 
-def pod_source(opts: ServeOptions) -> Cluster:
+def pod_source(opts: ServeOptions, manager: ManagerOptions | None = None) -> Cluster:
     """The kubelet's pod-resources socket plus the watch-backed view of this node's pods (started), and
-    the annotation patcher on the same API server."""
+    the annotation patcher on the same API server. Every request of that one client is rate-limited by
+    ``manager``'s ``--kube-conn-qps`` / ``--kube-conn-burst`` (supplement §3.5; default: their defaults)."""
     from gpustack_operator.kube.annotations import AnnotationPatcher  # noqa: PLC0415
     from gpustack_operator.kube.pods import KubeConfigError, make_api_client  # noqa: PLC0415
     from gpustack_operator.kube.podwatch import PodWatch  # noqa: PLC0415
 
     try:
-        client = make_api_client(opts.kubeconfig, opts.kube_api_server)
+        limits = manager or ManagerOptions()
+        client = make_api_client(
+            opts.kubeconfig, opts.kube_api_server, qps=limits.kube_conn_qps, burst=limits.kube_conn_burst
+        )
         watch = PodWatch(client, opts.node_name)
     except KubeConfigError as exc:
         raise ServeUsageError(str(exc)) from None
@@ -306,9 +310,10 @@ def serve(
             f"--host-write-root {opts.host_write_root} is not a directory: name where the host's paths this "
             "process writes are reachable (/ in the DaemonSet)"
         )
-    cluster = pod_source(opts)
+    mopts = manager or ManagerOptions()
+    cluster = pod_source(opts, mopts)
     try:
-        return _serve(req, opts, cluster, stop, manager or ManagerOptions())
+        return _serve(req, opts, cluster, stop, mopts)
     finally:
         cluster.view.stop()
 

@@ -3,11 +3,12 @@
 :func:`make_api_client` picks the connection the way client-go's ``BuildConfigFromFlags`` does, an
 explicit flag first: ``--kubeconfig`` (with ``--kube-api-server`` overriding its server), else
 ``--kube-api-server`` alone, else the in-cluster service account when ``KUBERNETES_SERVICE_HOST`` is set
-(the DaemonSet), else the file ``KUBECONFIG`` names. :class:`NodePods` lists the pods bound to one node
-(``spec.nodeName=<node>``, ``CoreV1Api.list_pod_for_all_namespaces``) with a timeout and converts each
-``V1Pod`` into the allocator's :class:`~gpustack_operator.allocator.pods.PodSpec`; any failure is
-:class:`~gpustack_operator.allocator.pods.PodsUnavailableError` naming the endpoint and the error (an
-allocation that cannot identify its container is refused, never guessed).
+(the DaemonSet), else the file ``KUBECONFIG`` names; the client it returns rate-limits every request
+(``--kube-conn-qps`` / ``--kube-conn-burst``, ``kube/ratelimit.py``). :class:`NodePods` lists the pods
+bound to one node (``spec.nodeName=<node>``, ``CoreV1Api.list_pod_for_all_namespaces``) with a timeout
+and converts each ``V1Pod`` into the allocator's :class:`~gpustack_operator.allocator.pods.PodSpec`;
+any failure is :class:`~gpustack_operator.allocator.pods.PodsUnavailableError` naming the endpoint and
+the error (an allocation that cannot identify its container is refused, never guessed).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import load_incluster_config
 
 from gpustack_operator.allocator.pods import ContainerSpec, PodSpec, PodsUnavailableError
+from gpustack_operator.kube.ratelimit import DEFAULT_BURST, DEFAULT_QPS, RateLimitedApiClient, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +39,21 @@ class KubeConfigError(ValueError):
     """No usable connection to the API server could be built (names the source and the remedy)."""
 
 
-def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.client.ApiClient:
-    """A ``kubernetes.client.ApiClient`` (see the module docstring for the order of sources). Raises
+def make_api_client(
+    kubeconfig: str | None,
+    server: str | None,
+    *,
+    qps: float = DEFAULT_QPS,
+    burst: int = DEFAULT_BURST,
+) -> kubernetes.client.ApiClient:
+    """A ``kubernetes.client.ApiClient`` (see the module docstring for the order of sources) whose every
+    request takes a token of a ``qps``/``burst`` bucket first (``--kube-conn-qps`` /
+    ``--kube-conn-burst``, supplement §3.5; :mod:`gpustack_operator.kube.ratelimit`). Raises
     :class:`KubeConfigError`."""
+    try:
+        limiter = TokenBucket(qps, burst)
+    except ValueError as exc:
+        raise KubeConfigError(str(exc)) from None
     config = kubernetes.client.Configuration()
     try:
         if kubeconfig:
@@ -74,8 +88,14 @@ def make_api_client(kubeconfig: str | None, server: str | None) -> kubernetes.cl
             raise KubeConfigError(f"--kube-api-server {server!r} is not a URL; use https://host:port")
         config.host = server.rstrip("/")
     config.retries = 0  # one attempt per list: the caller's timeout is the whole budget
-    log.info("API server %s (from %s)", config.host, source)
-    return kubernetes.client.ApiClient(configuration=config)
+    log.info(
+        "API server %s (from %s), at most %g requests/s in bursts of %d",
+        config.host,
+        source,
+        limiter.qps,
+        limiter.burst,
+    )
+    return RateLimitedApiClient(configuration=config, limiter=limiter)
 
 
 def _regular_kubeconfig(path: str, flag: str) -> None:
