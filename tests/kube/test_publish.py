@@ -144,7 +144,12 @@ def test_a_ledger_change_updates_only_the_status(server: PublishStandIn, publish
     assert accs[first[0]]["mode"] == "exclusive" and accs[first[0]]["remaining"] == 0
     assert accs[first[1]]["mode"] == "sliced" and accs[first[1]]["allocatedSlices"] == 2
     assert accs[first[1]]["allocated"] == 600_000 and accs[first[1]]["remaining"] == 1_000_000
-    assert "holders" not in accs[first[1]]
+    # who holds each card (beyond supplement §9.2; restart recovery's third source)
+    assert sorted((h["pod"], h["units"]) for h in accs[first[1]]["holders"]) == [
+        ("ns/infer", 400_000),
+        ("ns/infer2", 200_000),
+    ]
+    assert [(h["podUid"], h["mode"]) for h in accs[first[0]]["holders"]] == [("u1", "exclusive")]
 
 
 def test_a_detection_change_updates_spec_labels_and_node_feature(server: PublishStandIn, publisher: Publisher) -> None:

@@ -73,7 +73,10 @@ def test_the_crd_names_the_resource_of_the_spec() -> None:
     fields = set(status_acc["items"]["properties"])
     assert {"id", "index", "mode", "allocated", "remaining", "allocatedSlices"} <= fields
     assert {"allocatedProfiles", "remainingProfiles"} <= fields
-    assert "holders" not in fields  # supplement §9.2 names no such field: the annotation is the per-Pod record
+    # beyond supplement §9.2: who holds each accelerator, restart recovery's third source
+    assert "holders" in fields
+    holder = status_acc["items"]["properties"]["holders"]["items"]["properties"]
+    assert {"pod", "podUid", "container", "mode", "units"} <= set(holder)
     assert status_acc["items"]["properties"]["mode"]["enum"] == ["free", "exclusive", "shared", "sliced", "partitioned"]
     assert "x-kubernetes-preserve-unknown-fields" not in CHECKED_IN.read_text()
 
@@ -152,7 +155,8 @@ def test_what_serve_writes_validates_and_nothing_is_pruned(fixture: str, manufac
     if groups:
         written = obj["status"]["groups"][0]["accelerators"]
         assert {a["mode"] for g in obj["status"]["groups"] for a in g["accelerators"]} - {"free"}
-        assert all("holders" not in a for a in written)
+        # every accelerator held names its holders, and they are stored unpruned (above)
+        assert all(a["holders"] for a in written if a["mode"] != "free")
     if fixture == "mixed-nvidia-mellanox":
         assert obj["spec"]["interfaces"]  # the inventory is written where it was read
 

@@ -71,9 +71,10 @@ def test_what_the_publisher_wrote_reads_back_as_written(server: PublishStandIn) 
     assert got is not None
     assert crds.DevicesStatus(groups=got).wire() == crds.DevicesStatus(groups=status).wire()
     assert got[0].accelerators[1].mode is AllocationMode.EXCLUSIVE and got[0].accelerators[1].allocated == D
-    # As published today the status carries no holders (kube/crds.py OMITTED): nothing names the Pod,
-    # so this source rebuilds nothing from a real API server until the CRD carries them.
-    assert all(a.holders == [] for g in got for a in g.accelerators)
+    # the status names who holds the exclusive card: what restart recovery rebuilds from
+    assert [h.container for h in got[0].accelerators[1].holders] and all(
+        a.holders == [] for a in got[0].accelerators if a.mode is AllocationMode.FREE
+    )
 
 
 def test_holders_a_status_carries_are_read_and_rebuild_the_claim() -> None:

@@ -17,8 +17,11 @@ written), and the list maps of supplement §9 marked (``x-kubernetes-list-type: 
 by ``id`` + ``manufacturer``, ``accelerators`` by ``id``, ``interfaces`` by ``name``). Nothing carries
 ``x-kubernetes-preserve-unknown-fields``: the spec names every field.
 
-The status leaves out the ledger's ``holders`` (which Pod holds what): supplement §9.2 lists no such
-field, and the per-Pod record is the Pod's own ``device.gpustack.ai/accelerator.allocated`` annotation.
+The status carries the ledger's ``holders`` (which Pod's container holds each accelerator, in which mode,
+for how many units) beyond the fields supplement §9.2 lists: restart recovery reads them back as its
+third source, below the Pods' annotations and the node records (``allocator/recovery.py``), and an
+operator reads who holds a card from the object. :data:`OMITTED` keeps the mechanism for a model field
+the wire must not carry; it names none today.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"{CRD_NAME}.yaml"
 
 # Fields of a model the CRD does not carry and the writers leave out (see the module docstring).
-OMITTED: dict[str, frozenset[str]] = {"AcceleratorAllocation": frozenset({"holders"})}
+OMITTED: dict[str, frozenset[str]] = {"AcceleratorAllocation": frozenset()}
 
 # (model name, field) -> the list-map keys of supplement §9.
 LIST_MAPS: dict[tuple[str, str], list[str]] = {
@@ -72,7 +75,7 @@ class DevicesStatus(CamelModel):
     groups: list[DevicesAllocationGroup] = Field(default_factory=list)
 
     def wire(self) -> dict[str, object]:
-        """The status as written: ``holders`` left out (:data:`OMITTED`)."""
+        """The status as written (the fields :data:`OMITTED` names left out)."""
         omitted = OMITTED["AcceleratorAllocation"]
         exclude = {"groups": {"__all__": {"accelerators": {"__all__": set(omitted)}}}}
         return self.model_dump(by_alias=True, exclude_none=True, mode="json", exclude=exclude)

@@ -22,9 +22,9 @@ Read it **once, before the first publish after the start**: the publisher rewrit
     ...
     allocator.recover(status=status)                      # each allocator, as it is built
 
-What the status can rebuild is bounded by what it carries: ``holders`` (which Pod holds what) is part
-of the ledger model but not of the published wire (``kube/crds.py`` ``OMITTED``), so a status read
-from a real API server names no holder and rebuilds nothing until the CRD carries them.
+What the status can rebuild is what it carries: each accelerator's ``holders`` (which Pod's container
+holds it, the mode, the units; ``kube/crds.py`` puts them in the CRD beyond supplement §9.2). A
+partition cannot be rebuilt from it (the instance is not in the status).
 """
 
 from __future__ import annotations
