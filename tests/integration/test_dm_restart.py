@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from tests.integration.test_kubelet_e2e import (
     stage_hami_core,
 )
 from tests.kube.apiserver import APIServerStandIn, pod_manifest
+from tests.kube.routes_publish import PublishStandIn
 from tests.kubelet.standin import AdmissionError, KubeletStandIn
 
 NODE = "node-a"
@@ -66,6 +68,7 @@ class Cluster:
     starts: int = 0
     root: Path = field(default_factory=lambda: host("h100-sxm-8x"))
     resources: tuple[str, ...] = tuple(NVIDIA_RESOURCES)
+    extra: tuple[str, ...] = ()
 
     def start(self, kill_at: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
@@ -76,6 +79,7 @@ class Cluster:
         argv += ["--pod-resources-socket", str(self.kubelet.pod_resources_socket)]
         argv += ["--kube-api-server", self.api.url, "--node-name", NODE, "--host-write-root", str(self.write_root)]
         argv += ["--secure-port", "0", "--bind-address", "127.0.0.1"]  # /readyz, /livez: loopback, any port
+        argv += list(self.extra)
         with self.log.open("a") as sink:
             sink.write(f"--- start {self.starts + 1} (kill at {kill_at}) ---\n")
             sink.flush()
@@ -148,6 +152,60 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             c.stop()
             kubelet.close()
     assert "Traceback" not in c.text(), c.text()[-4000:]
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> Iterator[Cluster]:
+    """:func:`cluster` with an API server that also keeps the Node, its NodeFeature and the ``Devices``
+    object (``tests/kube/routes_publish.py``), and a detection pass every half second, so serve
+    publishes the ledger's status soon after a grant."""
+    with short_dir() as base, PublishStandIn() as api:
+        api.add_node(NODE)
+        kubelet = KubeletStandIn(
+            base / "dp", base / "pr" / "kubelet.sock", node_name=NODE, pod_status=api.pod_status
+        ).start()
+        write_root = tmp_path / "host"
+        write_root.mkdir()
+        stage_hami_core(write_root)
+        c = Cluster(api, kubelet, base, write_root, tmp_path / "dm.log", extra=("--monitor-period", "0.5"))
+        try:
+            yield c
+        finally:
+            c.stop()
+            kubelet.close()
+    assert "Traceback" not in c.text(), c.text()[-4000:]
+
+
+def status_holders(api: PublishStandIn) -> dict[str, list[str]]:
+    """Accelerator id -> the Pods its published ``Devices`` status names as holders."""
+    obj = api.obj("devices", NODE) or {}
+    groups = (obj.get("status") or {}).get("groups") or []
+    return {a["id"]: [h["pod"] for h in a.get("holders", [])] for g in groups for a in g["accelerators"]}
+
+
+def test_the_devices_status_rebuilds_a_holding_no_annotation_records(published: Cluster) -> None:
+    """Restart recovery's third source: a Pod whose annotation is gone (and no node record: an
+    exclusive grant has none) is still held after a SIGKILL, rebuilt from the ``Devices`` status the
+    killed process published -- read before the restarted one publishes its own."""
+    cluster = published
+    cluster.start()
+    holder = cluster.pod("holder", [("main", {GPU: "1"})])
+    (held,) = [accelerator(t) for t in cluster.kubelet.admit(holder)["main"][GPU].device_ids]
+    deadline = time.monotonic() + 30
+    while status_holders(cluster.api).get(held) != ["default/holder"]:  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, f"the status never named the holder: {status_holders(cluster.api)}"  # type: ignore[arg-type]
+        time.sleep(0.1)
+    cluster.kill()
+    cluster.api.update("default", "holder", lambda p: p["metadata"]["annotations"].pop(ALLOCATED))
+    cluster.start()
+    assert not any(cluster.held_on(SHARED, held)) and not any(cluster.held_on(SLICED, held))
+    assert "default/holder container main: exclusive on" in cluster.text()
+    assert "recovered from the Devices status" in cluster.text()
+    # the restarted process publishes the rebuilt ledger: the holder is still named
+    deadline = time.monotonic() + 30
+    while status_holders(cluster.api).get(held) != ["default/holder"]:  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, "the restarted process dropped the holder from the status"
+        time.sleep(0.1)
 
 
 @contextmanager

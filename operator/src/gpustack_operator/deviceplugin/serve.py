@@ -35,6 +35,8 @@ from typing import Any, Protocol
 
 from gpustack_operator import api
 from gpustack_operator.allocator.core import NODE_LOCK, Allocator, CdiResolverLike, FamilyOptions
+from gpustack_operator.allocator.durable import stop_retries
+from gpustack_operator.allocator.ledger import DevicesAllocationGroup
 from gpustack_operator.allocator.pods import AnnotationRecorder, PodSource, PodSpec
 from gpustack_operator.deviceplugin.manager import (
     DeviceManager,
@@ -62,6 +64,7 @@ IN_MEMORY_NOTE = (
 )
 RECONCILE_PERIOD = 30.0  # the sweep behind the watch's events (working directories a restart orphaned)
 ONCE_REGISTERED_TIMEOUT = 60.0
+RETRY_STOP_TIMEOUT = 5.0  # how long shutdown waits for the give-back retry threads in all
 
 
 class ServeUsageError(ValueError):
@@ -258,10 +261,18 @@ def build(
 SYNC_LOG_PERIOD = 10.0  # how often a Device Manager waiting for the API server says so
 
 
-def recover(allocators: list[Allocator], view: PodView, stop: threading.Event, limit: float | None = None) -> bool:
+def recover(
+    allocators: list[Allocator],
+    view: PodView,
+    stop: threading.Event,
+    limit: float | None = None,
+    status: list[DevicesAllocationGroup] | None = None,
+) -> bool:
     """Restart recovery before any plugin registers (``Allocator.recover``): wait for the pod view's
     first sync (saying so every ``SYNC_LOG_PERIOD``; an unread node is never advertised as free), then
-    rebuild every allocator's claims. False when ``stop`` was set, or ``limit`` seconds passed, first."""
+    rebuild every allocator's claims -- ``status``, the node's ``Devices`` status as read before this
+    process published anything, is their third source. False when ``stop`` was set, or ``limit``
+    seconds passed, first."""
     deadline = None if limit is None else time.monotonic() + limit
     said = time.monotonic()
     while not view.wait_synced(0.5):
@@ -277,7 +288,7 @@ def recover(allocators: list[Allocator], view: PodView, stop: threading.Event, l
     for allocator in allocators:
         while True:
             try:
-                allocator.recover()
+                allocator.recover(status=status)
                 break
             except RefusedError as exc:
                 log.warning("%s: restart recovery: %s", allocator.manufacturer.name, exc.message)
@@ -334,6 +345,9 @@ class Wiring:
         self.allocators: dict[str, Allocator] = {}
         self.plugin_sets: list[PluginSet] = []
         self.problem: str | None = None  # why the last on_detected registered nothing
+        # the node's Devices status as this process found it, before its first publish overwrote it
+        # from a ledger not yet recovered: restart recovery's third source (kube/devicesread.py)
+        self.status: list[DevicesAllocationGroup] | None = None
         self._lock = threading.Lock()
 
     def current(self) -> list[Allocator]:
@@ -354,7 +368,8 @@ class Wiring:
             log.warning("%s is not served: %s", name, why)
         if not served.plugins.servers:
             return
-        if not recover(list(served.allocators.values()), self.cluster.view, self.stop, self.mopts.monitor_period):
+        allocators = list(served.allocators.values())
+        if not recover(allocators, self.cluster.view, self.stop, self.mopts.monitor_period, self.status):
             self.problem = (
                 "the node's pods are not read from the API server yet, so what is held cannot be recovered: "
                 f"{', '.join(sorted(served.allocators))} not registered (tried again next pass)"
@@ -396,6 +411,10 @@ def _serve(
 
     stop = stop or threading.Event()
     wiring = Wiring(req, opts, cluster, stop, mopts)
+    if cluster.client is not None:  # before the loop's first publish rewrites it
+        from gpustack_operator.kube.devicesread import read_devices_status  # noqa: PLC0415
+
+        wiring.status = read_devices_status(cluster.client, opts.node_name)
     capacity, publisher = (
         (None, None) if cluster.client is None else make_sinks(cluster.client, opts.node_name, req, mopts)
     )
@@ -440,6 +459,8 @@ def _serve(
         stop.set()
         manager.stop()
         wiring.stop_plugins()
+        for name in stop_retries(wiring.current(), timeout=RETRY_STOP_TIMEOUT):
+            log.warning("%s: still inside its patch at shutdown (bounded by the request timeout)", name)
         if reconciler.is_alive():
             reconciler.join(5)
         health.stop()
