@@ -7,7 +7,8 @@ pure ``allocator/recovery.py``: annotations, node records, the ``Devices`` statu
 the kubelet's ``List``), and the test-only crash seam :func:`kill_point`.
 
 :class:`DurableMixin` is mixed into ``Allocator``; it uses the allocator's state and the few methods
-named under ``TYPE_CHECKING`` below (defined in ``core.py``).
+named under ``TYPE_CHECKING`` below (defined by ``Allocator``'s other sides: ``core.py``, ``claims.py``,
+``reconcile.py``).
 """
 
 from __future__ import annotations
