@@ -1,0 +1,231 @@
+"""The cluster's view of one node, read for ``verify`` (issue 19): what the API server holds about it.
+
+For a node name, four bounded reads (each one JSON round trip through :func:`kube.rest.request`):
+
+* the Node -- its labels and ``status.allocatable`` per resource;
+* the NodeFeature ``${NODE}-gpustack-device-manager`` (``kube/publish.py``) -- its ``spec.labels``,
+  the Device Manager's labels for its last detection;
+* the cluster-scoped ``Devices`` ``${NODE}`` -- its ``spec.groups`` (the detection) and ``status.groups``
+  (the ledger), kept as plain JSON: verify compares ids and versions, it never re-validates the models;
+* the Pods bound to the node (``/api/v1/pods?fieldSelector=spec.nodeName=<node>``, every namespace)
+  -- only the Device Manager's, each with its DaemonSet, phase and readiness.
+
+A read that fails never raises: it is named in :attr:`ClusterView.errors` (the part, then the method,
+path, endpoint and status or transport error, as :class:`~kube.rest.KubeRequestError` words it), and the
+part is left ``None`` -- "could not be read" is never mistaken for "absent". A 404 is absence: the
+Node, NodeFeature or Devices is ``None`` with no error, and :attr:`ClusterView.absent` says which.
+
+The connection (:func:`make_client`): a kubeconfig (with an optional context), else an API-server URL,
+else the in-cluster service account, else ``KUBECONFIG`` / ``~/.kube/config``, as ``kubectl`` picks it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import kubernetes.client
+
+from gpustack_operator.kube import crds
+from gpustack_operator.kube.publish import DEFAULT_NAMESPACE, NFD_API_VERSION, node_feature_name
+from gpustack_operator.kube.rest import NOT_FOUND, REQUEST_TIMEOUT, KubeRequestError, request
+
+# The Device Manager's DaemonSets: one per manufacturer (issue 19 "The chart"; spec "Stage 2").
+DAEMONSET_PREFIX = "gpustack-operator-device-manager-"
+MAX_PODS = 500  # a node runs at most a few hundred Pods; a list past this is cut (the read stays bounded)
+
+
+class ClusterConfigError(ValueError):
+    """No connection to the API server could be built; the message names the source and the remedy."""
+
+
+@dataclass(frozen=True)
+class DevicePod:
+    """A Device Manager Pod bound to the node."""
+
+    name: str
+    namespace: str
+    daemonset: str  # the owning DaemonSet's name ("" when none: matched by its name)
+    phase: str
+    ready: bool
+
+
+@dataclass
+class ClusterView:
+    """What the API server holds about one node (see the module docstring). ``None`` = absent or not
+    read; :attr:`errors` tells the two apart."""
+
+    node: str
+    node_labels: dict[str, str] | None = None
+    allocatable: dict[str, str] | None = None
+    node_feature_labels: dict[str, str] | None = None
+    devices_groups: list[dict[str, Any]] | None = None
+    devices_status: list[dict[str, Any]] | None = None
+    pods: list[DevicePod] | None = None
+    absent: list[str] = field(default_factory=list)  # "Node", "NodeFeature", "Devices" answered 404
+    errors: dict[str, str] = field(default_factory=dict)  # part -> one line
+
+
+def make_client(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    server: str | None = None,
+) -> kubernetes.client.ApiClient:
+    """An API client: ``kubeconfig`` (its ``context``, else its current one; ``server`` overrides its
+    URL), else ``server`` alone, else the in-cluster service account, else ``KUBECONFIG`` or
+    ``~/.kube/config``. Raises :class:`ClusterConfigError` naming what was tried."""
+    config = kubernetes.client.Configuration()
+    path = kubeconfig or None
+    if path is None and not server and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+        if not os.path.exists(path):
+            raise ClusterConfigError(
+                "no API server to read the cluster's view from: no kubeconfig, no api_server, not in a cluster "
+                f"(KUBERNETES_SERVICE_HOST unset) and {path} does not exist; name a kubeconfig"
+            )
+    try:
+        if path is not None:
+            _load_kubeconfig(path, context, config)
+        elif not server:
+            from kubernetes.config.incluster_config import load_incluster_config  # noqa: PLC0415
+
+            load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # the client's loader raises anything from deep inside a bad file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        where = f"kubeconfig {path}" if path else "the in-cluster service account"
+        raise ClusterConfigError(
+            f"the API-server configuration could not be loaded from {where}: {first[:300]}"
+        ) from None
+    if server:
+        if not server.startswith(("http://", "https://")):
+            raise ClusterConfigError(f"api_server {server!r} is not a URL; use https://host:port")
+        config.host = server.rstrip("/")
+    config.retries = 0  # one attempt per read: the timeout is the whole budget
+    return kubernetes.client.ApiClient(configuration=config)
+
+
+def _load_kubeconfig(path: str, context: str | None, config: kubernetes.client.Configuration) -> None:
+    if not os.path.isfile(path):
+        raise ClusterConfigError(f"kubeconfig {path} is not a regular file")
+    from kubernetes.config.kube_config import load_kube_config  # noqa: PLC0415
+
+    load_kube_config(config_file=path, context=context or None, client_configuration=config)  # type: ignore[no-untyped-call]
+
+
+def _strings(value: Any) -> dict[str, str]:
+    """A JSON map of strings (anything else in it dropped): labels, allocatable."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _device_pod(pod: Mapping[str, Any]) -> DevicePod | None:
+    """The Pod as a :class:`DevicePod` when it is the Device Manager's (owned by one of its DaemonSets,
+    or -- when it names no owner -- named after one), else ``None``."""
+    meta = _map(pod.get("metadata"))
+    name = str(meta.get("name") or "")
+    owner = ""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("kind") == "DaemonSet":
+            owner = str(ref.get("name") or "")
+    if owner:
+        if not owner.startswith(DAEMONSET_PREFIX):
+            return None
+    elif not name.startswith(DAEMONSET_PREFIX):
+        return None
+    status = _map(pod.get("status"))
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    return DevicePod(name, str(meta.get("namespace") or ""), owner, str(status.get("phase") or "Unknown"), ready)
+
+
+def _get(client: kubernetes.client.ApiClient, path: str, timeout: float) -> dict[str, Any] | None:
+    """The object, or ``None`` on 404. Raises :class:`KubeRequestError` otherwise."""
+    try:
+        return request(client, "GET", path, timeout=timeout)
+    except KubeRequestError as exc:
+        if exc.status == NOT_FOUND:
+            return None
+        raise
+
+
+def read_cluster_view(
+    client: kubernetes.client.ApiClient,
+    node: str,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    timeout: float = REQUEST_TIMEOUT,
+) -> ClusterView:
+    """The cluster's view of ``node`` (see the module docstring); never raises for the API's answers."""
+    view = ClusterView(node)
+    name = quote(node, safe="")
+    ns = quote(namespace, safe="")
+    reads = (
+        ("Node", f"/api/v1/nodes/{name}"),
+        (
+            "NodeFeature",
+            f"/apis/{NFD_API_VERSION}/namespaces/{ns}/nodefeatures/{quote(node_feature_name(node), safe='')}",
+        ),
+        ("Devices", f"/apis/{crds.API_VERSION}/{crds.PLURAL}/{name}"),
+    )
+    for part, path in reads:
+        try:
+            doc = _get(client, path, timeout)
+        except KubeRequestError as exc:
+            view.errors[part] = str(exc)
+            continue
+        if doc is None:
+            view.absent.append(part)
+            continue
+        _fill(view, part, doc)
+    try:
+        listed = request(
+            client,
+            "GET",
+            "/api/v1/pods",
+            query=[("fieldSelector", f"spec.nodeName={node}"), ("limit", str(MAX_PODS))],
+            timeout=timeout,
+        )
+    except KubeRequestError as exc:
+        view.errors["Pods"] = str(exc)
+    else:
+        pods = (_device_pod(p) for p in _dicts(listed.get("items")))
+        view.pods = [p for p in pods if p is not None]
+    return view
+
+
+def _fill(view: ClusterView, part: str, doc: Mapping[str, Any]) -> None:
+    meta = _map(doc.get("metadata"))
+    spec = _map(doc.get("spec"))
+    status = _map(doc.get("status"))
+    if part == "Node":
+        view.node_labels = _strings(meta.get("labels"))
+        view.allocatable = _strings(status.get("allocatable"))
+    elif part == "NodeFeature":
+        view.node_feature_labels = _strings(spec.get("labels"))
+    else:
+        view.devices_groups = _dicts(spec.get("groups"))
+        view.devices_status = _dicts(status.get("groups"))
+
+
+__all__ = [
+    "DAEMONSET_PREFIX",
+    "ClusterConfigError",
+    "ClusterView",
+    "DevicePod",
+    "make_client",
+    "read_cluster_view",
+]

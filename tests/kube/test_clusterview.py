@@ -1,0 +1,178 @@
+"""kube/clusterview.py against the API-server stand-in (tests/kube/routes_publish.py, the Devices CRD
+schema enforced): the four reads, absence (404) told from failure (named), the Device Manager's Pods
+picked out of the node's, and -- end to end -- what the real Publisher writes for a detection agrees
+with that detection's facts under verify.compare, and a card gone from the host is named."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpustack_operator import api
+from gpustack_operator.kube import crds
+from gpustack_operator.kube.clusterview import ClusterConfigError, make_client, read_cluster_view
+from gpustack_operator.kube.publish import Publisher
+from gpustack_operator.verify import compare
+
+from tests.conftest import host
+from tests.kube.apiserver import pod_manifest
+from tests.kube.routes_publish import PublishStandIn
+
+NS = "gpustack-system"
+DS = "gpustack-operator-device-manager-nvidia"
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+
+
+@functools.cache
+def detection(fixture: str = "mixed-nvidia-mellanox") -> tuple[Any, dict[str, Any]]:
+    """The detection and its facts document, computed once before a stand-in thread runs."""
+    req = api.make_request(str(host(fixture)), ["nvidia"])
+    return api.run_detect(req), api.facts(req)
+
+
+def dm_pod(name: str, node: str, *, owner: str = DS, phase: str = "Running", ready: bool = True) -> dict[str, Any]:
+    pod = pod_manifest(name, namespace=NS, node_name=node)
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": owner, "uid": "u"}]
+    pod["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return pod
+
+
+@pytest.fixture
+def server() -> Iterator[PublishStandIn]:
+    detection()
+    with PublishStandIn(schema=crds.openapi_schema()) as stand_in:
+        stand_in.add_node("node-a", capacity={"nvidia.com/gpu": "4", "cpu": "64"})
+        yield stand_in
+
+
+def publish(server: PublishStandIn) -> None:
+    result, _facts = detection()
+    publisher = Publisher(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    assert all(o.value == "wrote" for o in publisher.publish(result.groups, result.interfaces, []))
+
+
+def test_what_the_publisher_wrote_agrees_with_the_facts(server: PublishStandIn) -> None:
+    publish(server)
+    server.add_pod(dm_pod("gpustack-operator-device-manager-nvidia-abcde", "node-a"))
+    server.add_pod(pod_manifest("someone-else", namespace="default", node_name="node-a"))
+    server.add_pod(dm_pod("gpustack-operator-device-manager-nvidia-zzzzz", "node-b"))
+    view = read_cluster_view(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    assert view.errors == {} and view.absent == []
+    assert view.allocatable == {"nvidia.com/gpu": "4", "cpu": "64"}
+    assert [p.name for p in view.pods or []] == ["gpustack-operator-device-manager-nvidia-abcde"]
+    assert view.devices_groups and len(view.devices_groups[0]["accelerators"]) == 4
+    assert (
+        view.node_feature_labels and "acceleratable.feature.gpustack.ai/nvidia-l40s.count" in view.node_feature_labels
+    )
+    _result, facts = detection()
+    assert compare(facts, view) == []
+    # the pods are read once, by node, across every namespace
+    (listed,) = [r for r in server.requests if r.path == "/api/v1/pods"]
+    assert listed.query["fieldSelector"] == "spec.nodeName=node-a"
+
+
+def test_a_card_fallen_off_the_host_is_named_by_id(server: PublishStandIn) -> None:
+    publish(server)
+    server.add_pod(dm_pod("gpustack-operator-device-manager-nvidia-abcde", "node-a"))
+    _result, facts = detection()
+    facts = copy.deepcopy(facts)
+    group = facts["groups"][0]
+    lost = group["accelerators"].pop()["id"]
+    view = read_cluster_view(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    lines = [d.text for d in compare(facts, view)]
+    assert f"Devices advertises {lost} (nvidia {group['id']}) the host no longer has" in lines
+    assert "allocatable nvidia.com/gpu 4, the host has 3" in lines
+
+
+def test_nothing_published_and_no_pod(server: PublishStandIn) -> None:
+    view = read_cluster_view(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    assert view.absent == ["NodeFeature", "Devices"] and view.errors == {}
+    assert view.node_feature_labels is None and view.devices_groups is None and view.pods == []
+    _result, facts = detection()
+    lines = [d.text for d in compare(facts, view)]
+    assert lines == [
+        "no NodeFeature node-a-gpustack-device-manager for a node with 4 accelerators",
+        "no Devices node-a for a node with 4 accelerators",
+        f"no device-manager pod (DaemonSet {DS}) on a node with 4 nvidia accelerators",
+    ]
+
+
+def test_a_node_not_in_the_cluster(server: PublishStandIn) -> None:
+    view = read_cluster_view(make_client(server=server.url), "node-x", namespace=NS, timeout=5)
+    assert view.absent == ["Node", "NodeFeature", "Devices"]
+    _result, facts = detection()
+    assert next(d.text for d in compare(facts, view)) == "node node-x is not in the cluster (no Node object)"
+
+
+def test_failures_are_named_per_part_never_raised(server: PublishStandIn) -> None:
+    server.fail(403, reason="Forbidden", when=lambda r: r.path.startswith("/api/v1/nodes"))
+    view = read_cluster_view(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    assert set(view.errors) == {"Node"}
+    assert "GET /api/v1/nodes/node-a at http://127.0.0.1:" in view.errors["Node"]
+    assert "HTTP 403" in view.errors["Node"]
+    assert view.allocatable is None and "Node" not in view.absent
+
+
+def test_an_api_server_that_does_not_answer() -> None:
+    view = read_cluster_view(make_client(server="http://127.0.0.1:9"), "node-a", namespace=NS, timeout=2)
+    assert set(view.errors) == {"Node", "NodeFeature", "Devices", "Pods"}
+    assert all("127.0.0.1:9" in e for e in view.errors.values())
+
+
+def test_a_pod_not_ready_and_one_named_but_unowned(server: PublishStandIn) -> None:
+    server.add_pod(dm_pod("gpustack-operator-device-manager-nvidia-abcde", "node-a", phase="Pending", ready=False))
+    unowned = pod_manifest("gpustack-operator-device-manager-amd-q", namespace=NS, node_name="node-a")
+    server.add_pod(unowned)
+    server.add_pod(dm_pod("other-x", "node-a", owner="node-exporter"))
+    view = read_cluster_view(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    assert [(p.name, p.daemonset, p.phase, p.ready) for p in view.pods or []] == [
+        ("gpustack-operator-device-manager-amd-q", "", "Pending", False),
+        ("gpustack-operator-device-manager-nvidia-abcde", DS, "Pending", False),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"server": "127.0.0.1:6443"}, "api_server '127.0.0.1:6443' is not a URL"),
+        ({"kubeconfig": "/nonexistent/kubeconfig"}, "kubeconfig /nonexistent/kubeconfig is not a regular file"),
+    ],
+)
+def test_a_bad_connection_is_one_clear_error(kwargs: dict[str, str], words: str) -> None:
+    with pytest.raises(ClusterConfigError) as info:
+        make_client(**kwargs)
+    assert words in str(info.value)
+
+
+def test_a_kubeconfig_that_is_not_one(tmp_path: Any) -> None:
+    bad = tmp_path / "config"
+    bad.write_text("- just a list\n")
+    with pytest.raises(ClusterConfigError) as info:
+        make_client(str(bad))
+    assert str(info.value).startswith(f"the API-server configuration could not be loaded from kubeconfig {bad}: ")
+
+
+def test_a_kubeconfig_context_is_honoured(tmp_path: Any) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "clusters:\n- name: a\n  cluster: {server: 'http://127.0.0.1:1'}\n"
+        "- name: b\n  cluster: {server: 'http://127.0.0.1:2'}\n"
+        "users:\n- name: u\n  user: {token: t}\n"
+        "contexts:\n- name: a\n  context: {cluster: a, user: u}\n- name: b\n  context: {cluster: b, user: u}\n"
+    )
+    assert make_client(str(config)).configuration.host == "http://127.0.0.1:1"
+    assert make_client(str(config), "b").configuration.host == "http://127.0.0.1:2"
+    with pytest.raises(ClusterConfigError) as info:
+        make_client(str(config), "c")
+    assert "c" in str(info.value)
