@@ -1,0 +1,187 @@
+"""``gpustack-operator worker`` -- its flags (supplement §3.3, the ones this worker acts on) and its run.
+
+Image mode's chart install (``--disable-applications`` other than ``*``) is not built: the flag is
+parsed and checked, and the worker says once that it installs no application (docs/worker.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+APPLICATIONS = ("kueue", "node-feature-discovery", "csi-driver-nfs", "csi-driver-s3", "device-manager", "model-manager")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+DESCRIPTION = (
+    "Run the cluster-side worker: at startup (every replica) apply the Devices CRD and the gpustack-cpu-info "
+    "NodeFeatureRule (retried while NFD's CRD is absent); then, while holding the Lease, keep each Node's "
+    "NodeFeature <node>-gpustack-worker carrying its general node key, copy the gpustack.ai/managed mark from "
+    "each Node onto its Devices, and delete a departed node's Devices. SIGTERM stops it and releases the Lease."
+)
+
+
+def parse_duration(value: str) -> float:
+    """A Go duration (``15s``, ``1m30s``, ``500ms``) or plain seconds, as seconds (> 0)."""
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for match in _DURATION.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNITS[match.group(2)]
+            pos = match.end()
+        if pos != len(text) or not text:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a duration; use e.g. 15s, 1m30s or 500ms") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a duration must be more than zero")
+    return seconds
+
+
+def _bool(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "1", "t", "yes"):
+        return True
+    if text in ("false", "0", "f", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {value!r}")
+
+
+def _applications(value: str) -> list[str]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    for item in items:
+        if item != "*" and item not in APPLICATIONS:
+            raise argparse.ArgumentTypeError(f"unknown application {item!r}; choose from *, {', '.join(APPLICATIONS)}")
+    return items
+
+
+def add_parser(top: Any, add_logging: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Register ``worker`` on the top-level subparsers (``add_logging``: the klog flags)."""
+    p = top.add_parser(
+        "worker", help="run the cluster-side worker (CRDs, NFD rule, node controllers)", description=DESCRIPTION
+    )
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    p.add_argument("--kube-api-server", metavar="URL", help="the API server's URL (overrides the kubeconfig's server)")
+    p.add_argument(
+        "--manufacturer",
+        action="append",
+        metavar="M",
+        help="manufacturer(s) the gpustack-cpu-info rule marks acceleratable, repeatable or comma-separated "
+        "(default: all nine)",
+    )
+    p.add_argument(
+        "--disable-applications",
+        type=_applications,
+        action="extend",
+        default=[],
+        metavar="APPS",
+        help="applications not to install, comma-separated, or * (chart mode's default); image mode's install "
+        "is not built in this version, so the worker installs none whatever the value",
+    )
+    p.add_argument(
+        "--kube-leader-election",
+        "--leader-elect",
+        dest="leader_election",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="run the controllers only while holding the Lease (default true)",
+    )
+    p.add_argument("--kube-leader-election-id", default="worker.gpustack.ai", metavar="NAME", help="the Lease's name")
+    p.add_argument(
+        "--kube-leader-election-namespace",
+        metavar="NS",
+        help="the Lease's namespace (default: $KUBERNETES_POD_NAMESPACE, else gpustack-system)",
+    )
+    p.add_argument("--kube-leader-lease", type=parse_duration, default=15.0, metavar="DURATION", help="default 15s")
+    p.add_argument(
+        "--kube-leader-renew-timeout", type=parse_duration, default=10.0, metavar="DURATION", help="default 10s"
+    )
+    p.add_argument(
+        "--informer-cache-resync-period",
+        type=parse_duration,
+        default=3600.0,
+        metavar="DURATION",
+        help="how often every cached name is reconciled again (default 1h)",
+    )
+    add_logging(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The worker until SIGTERM/SIGINT; 0 on a clean stop, 1 when it could not start, 2 on bad input."""
+    from gpustack_operator.kube.pods import KubeConfigError, make_api_client  # noqa: PLC0415 -- the client
+    from gpustack_operator.kube.publish import system_namespace  # noqa: PLC0415
+    from gpustack_operator.manufacturers import UnknownManufacturerError, parse_manufacturers  # noqa: PLC0415
+    from gpustack_operator.settings import SettingsError  # noqa: PLC0415
+    from gpustack_operator.worker.rule import managed_vendors  # noqa: PLC0415
+    from gpustack_operator.worker.run import Worker, WorkerOptions  # noqa: PLC0415
+    from gpustack_operator.worker.startup import StartupError  # noqa: PLC0415
+
+    if args.kube_leader_renew_timeout >= args.kube_leader_lease:
+        print(
+            "gpustack-operator: error: --kube-leader-renew-timeout must be shorter than --kube-leader-lease",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        vendors = managed_vendors(parse_manufacturers(args.manufacturer))
+    except (UnknownManufacturerError, SettingsError) as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return 2
+    if "*" not in args.disable_applications:
+        log.warning("image mode's chart install is not built in this version: the worker installs no application")
+    try:
+        client = make_api_client(args.kubeconfig, args.kube_api_server)
+    except KubeConfigError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return 2
+    namespace = system_namespace()
+    identity = os.environ.get("KUBERNETES_POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
+    options = WorkerOptions(
+        namespace=namespace,
+        vendors=vendors,
+        identity=identity,
+        leader_election=args.leader_election,
+        lease_name=args.kube_leader_election_id,
+        lease_namespace=args.kube_leader_election_namespace or namespace,
+        lease_duration=args.kube_leader_lease,
+        renew_deadline=args.kube_leader_renew_timeout,
+        resync_period=args.informer_cache_resync_period,
+    )
+    worker = Worker(client, options)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stopping.set()
+        worker.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        worker.start()
+    except StartupError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return 1
+    if stopping.is_set():
+        worker.stop()
+    worker.run()
+    return 0
+
+
+__all__ = ["add_parser", "parse_duration", "run"]

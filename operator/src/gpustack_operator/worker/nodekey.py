@@ -1,0 +1,134 @@
+"""Controller (a): the general (CPU) node key, published on the worker's NodeFeature.
+
+From a Node's NFD labels (``feature.node.kubernetes.io/cpu-model.vendor_id`` / ``.family`` / ``.id``)
+and the ``gpustack-cpu-info`` rule's ``feature.gpustack.ai/cpu-name`` annotation, the key is computed
+by :func:`gpustack_operator.node.cpu.general_node_key` -- the one function detection uses
+(``detect``'s ``generalNodeKey``), so the worker and the host never disagree on a node's key.
+
+Published (reference rules §1, ``ConstructNodeCapacityLabels``) on the NodeFeature
+``<node>-gpustack-worker`` in the system namespace, labelled ``nfd.node.kubernetes.io/node-name``
+and owned by the Node (garbage-collected with it)::
+
+    general.feature.gpustack.ai/<cpuManufacturer>: "true"
+    general.feature.gpustack.ai/<key>: "true"
+    general.feature.gpustack.ai/<key>.count: <the Node's CPU capacity, whole cores>
+
+Written only on change: the object last written per node is remembered and a Node event that leaves
+the labels as they were makes no API call. The managed mark the reference also echoes there is not
+published (manual node management is not modelled here; see docs/worker.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpustack_operator.discovery.labels import FEATURE_PREFIX, NFD_PREFIX
+from gpustack_operator.kube.apply import NFD_API_VERSION, apply, node_features_collection
+from gpustack_operator.kube.rest import owner_reference
+from gpustack_operator.node.cpu import general_node_key
+
+if TYPE_CHECKING:  # the client is imported by gpustack_operator.kube alone
+    import kubernetes.client
+
+log = logging.getLogger(__name__)
+
+GENERAL_PREFIX = "general." + FEATURE_PREFIX
+NODE_FEATURE_SUFFIX = "-gpustack-worker"
+NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
+CPU_NAME_ANNOTATION = FEATURE_PREFIX + "cpu-name"
+
+
+def _strings(obj: Mapping[str, Any], key: str) -> dict[str, str]:
+    meta = obj.get("metadata")
+    found = meta.get(key) if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): v for k, v in found.items() if isinstance(v, str)}
+
+
+def node_key(node: Mapping[str, Any]) -> str:
+    """The Node's general node key from its NFD labels and annotations."""
+    labels = _strings(node, "labels")
+    annotations = _strings(node, "annotations")
+    return general_node_key(
+        labels.get(f"{NFD_PREFIX}cpu-model.vendor_id"),
+        labels.get(f"{NFD_PREFIX}cpu-model.family"),
+        labels.get(f"{NFD_PREFIX}cpu-model.id"),
+        annotations.get(CPU_NAME_ANNOTATION),
+    )
+
+
+def _cpu_count(node: Mapping[str, Any]) -> int | None:
+    """The Node's CPU capacity in whole cores (``"8"`` or ``"8000m"``); ``None`` when unreadable."""
+    status = node.get("status")
+    capacity = status.get("capacity") if isinstance(status, Mapping) else None
+    value = capacity.get("cpu") if isinstance(capacity, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.endswith("m") and text[:-1].isdigit():
+        return int(text[:-1]) // 1000
+    return int(text) if text.isdigit() else None
+
+
+def worker_labels(node: Mapping[str, Any]) -> dict[str, str]:
+    """The labels the worker publishes for one Node (see the module docstring)."""
+    labels = _strings(node, "labels")
+    key = node_key(node)
+    manufacturer = general_node_key(labels.get(f"{NFD_PREFIX}cpu-model.vendor_id"), None, None, None)
+    out = {f"{GENERAL_PREFIX}{manufacturer}": "true", f"{GENERAL_PREFIX}{key}": "true"}
+    count = _cpu_count(node)
+    if count is not None:
+        out[f"{GENERAL_PREFIX}{key}.count"] = str(count)
+    return dict(sorted(out.items()))
+
+
+def node_feature_name(node: str) -> str:
+    return f"{node}{NODE_FEATURE_SUFFIX}"
+
+
+def node_feature(node: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """The worker's NodeFeature for ``node`` (a Node as read from the API server)."""
+    name = str((node.get("metadata") or {}).get("name", ""))
+    return {
+        "apiVersion": NFD_API_VERSION,
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": node_feature_name(name),
+            "namespace": namespace,
+            "labels": {NODE_NAME_LABEL: name},
+            "ownerReferences": [owner_reference(node)],
+        },
+        "spec": {"features": {"flags": {}, "attributes": {}, "instances": {}}, "labels": worker_labels(node)},
+    }
+
+
+class NodeKeyController:
+    """Keeps each Node's worker NodeFeature equal to :func:`node_feature` (written only on change)."""
+
+    name = "node-key"
+
+    def __init__(self, client: kubernetes.client.ApiClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.collection = node_features_collection(namespace)
+        self._written: dict[str, dict[str, Any]] = {}
+
+    def reconcile(self, name: str, node: dict[str, Any] | None, devices: dict[str, Any] | None) -> None:
+        """Raises ``KubeRequestError`` when the write failed (the caller retries)."""
+        del devices
+        if node is None:
+            self._written.pop(name, None)  # the NodeFeature goes with the Node (its ownerReference)
+            return
+        desired = node_feature(node, self.namespace)
+        if self._written.get(name) == desired:
+            return
+        outcome = apply(self.client, self.collection, desired)
+        self._written[name] = desired
+        if outcome != "unchanged":
+            log.info("node %s: NodeFeature %s %s (key %s)", name, desired["metadata"]["name"], outcome, node_key(node))
+
+
+__all__ = ["GENERAL_PREFIX", "NodeKeyController", "node_feature", "node_feature_name", "node_key", "worker_labels"]

@@ -1,0 +1,194 @@
+"""The worker process: startup steps, the watch caches, leader election and the controllers' loop.
+
+:class:`Worker` wires it together:
+
+* startup (every replica, before the election): :func:`~gpustack_operator.worker.startup.apply_crds`,
+  then the :class:`~gpustack_operator.worker.startup.RuleApplier` thread;
+* two watch caches (:class:`~gpustack_operator.kube.objectwatch.ObjectWatch`): the Nodes and the
+  ``Devices``; every change marks that name dirty and wakes the loop;
+* the loop (:meth:`Worker.run`): each round ticks the :class:`~gpustack_operator.worker.leader.Elector`
+  and, only while leading *and* with both caches synced, reconciles every dirty name through each
+  controller (``nodekey.py``, ``managed.py``, ``devicesgc.py``) with the cached Node and Devices.
+  Becoming leader, and every ``resync_period``, marks every cached name dirty. A controller that
+  fails for a name (an API error) keeps that name dirty and retries it after ``retry_delay``.
+
+:meth:`Worker.stop` (SIGTERM) ends the loop, stops the watches and releases the Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpustack_operator.kube import crds
+from gpustack_operator.kube.apply import DEVICES_COLLECTION, NODES
+from gpustack_operator.kube.lease import LeaseLock
+from gpustack_operator.kube.objectwatch import ObjectWatch
+from gpustack_operator.kube.rest import KubeRequestError
+from gpustack_operator.settings import PciVendorMatch
+from gpustack_operator.worker.devicesgc import DevicesGcController
+from gpustack_operator.worker.leader import Elector
+from gpustack_operator.worker.managed import ManagedMarkController
+from gpustack_operator.worker.nodekey import NodeKeyController
+from gpustack_operator.worker.rule import cpu_info_rule
+from gpustack_operator.worker.startup import RuleApplier, apply_crds
+
+if TYPE_CHECKING:  # the client is imported by gpustack_operator.kube alone
+    import kubernetes.client
+
+log = logging.getLogger(__name__)
+
+
+class Controller(Protocol):
+    name: str
+
+    def reconcile(self, name: str, node: dict[str, Any] | None, devices: dict[str, Any] | None) -> None: ...
+
+
+@dataclass
+class WorkerOptions:
+    namespace: str  # the system namespace (NodeFeatures, the Lease)
+    vendors: Sequence[PciVendorMatch]  # the managed manufacturers' PCI identities (the rule)
+    identity: str  # this replica's name in the Lease
+    leader_election: bool = True
+    lease_name: str = "worker.gpustack.ai"
+    lease_namespace: str | None = None  # default: namespace
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resync_period: float = 3600.0
+    retry_delay: float = 1.0
+    watch_timeout: int = 300
+    backoff_max: float = 30.0
+
+
+class Worker:
+    def __init__(self, client: kubernetes.client.ApiClient, options: WorkerOptions) -> None:
+        self.client = client
+        self.options = options
+        self.nodes = ObjectWatch(client, NODES, watch_timeout=options.watch_timeout, backoff_max=options.backoff_max)
+        self.devices = ObjectWatch(
+            client, DEVICES_COLLECTION, watch_timeout=options.watch_timeout, backoff_max=options.backoff_max
+        )
+        self.controllers: list[Controller] = [
+            NodeKeyController(client, options.namespace),
+            ManagedMarkController(client),
+            DevicesGcController(client),
+        ]
+        lock = None
+        if options.leader_election:
+            lock = LeaseLock(
+                client,
+                options.lease_namespace or options.namespace,
+                options.lease_name,
+                options.identity,
+                lease_seconds=options.lease_duration,
+            )
+        self.elector = Elector(lock, renew_deadline=options.renew_deadline, retry_period=options.retry_period)
+        self.rule = RuleApplier(client, cpu_info_rule(options.vendors), backoff_max=options.backoff_max)
+        self.reconciled = 0  # reconcile rounds that wrote or checked something (for tests and logs)
+        self._dirty: dict[str, float] = {}  # name -> not before (monotonic)
+        self._wake = threading.Condition()
+        self._stop = threading.Event()
+        self._was_leading = False
+        self._next_resync = 0.0
+
+    # -- startup -----------------------------------------------------------------------------------
+
+    def start(self) -> Worker:
+        """The startup steps, then the watches (raises ``StartupError`` when the CRDs cannot be applied)."""
+        apply_crds(self.client, [crds.devices_crd()])
+        self.rule.start()
+        self.nodes.subscribe(self._changed)
+        self.devices.subscribe(self._changed)
+        self.nodes.start()
+        self.devices.start()
+        return self
+
+    def _changed(self, name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        del old, new
+        self.mark([name])
+
+    def mark(self, names: Sequence[str], at: float = 0.0) -> None:
+        with self._wake:
+            for name in names:
+                self._dirty[name] = min(self._dirty.get(name, at), at)
+            self._wake.notify_all()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced and self.devices.synced
+
+    def run(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """Until :meth:`stop`."""
+        while not self._stop.is_set():
+            self.step(clock)
+            with self._wake:
+                now = clock()
+                ready = [at for at in self._dirty.values() if at <= now]
+                if not (ready and self.elector.leading and self.synced):
+                    pending = [at - now for at in self._dirty.values() if at > now]
+                    wait = min([self.elector.due_in() or self.options.retry_period, 1.0, *pending])
+                    self._wake.wait(max(0.01, wait))
+        self._shutdown()
+
+    def step(self, clock: Callable[[], float] = time.monotonic) -> int:
+        """One round (see the module docstring); how many names it reconciled."""
+        leading = self.elector.tick()
+        if not leading:
+            self._was_leading = False
+            return 0
+        if not self.synced:
+            return 0  # never act on a cache that has not listed yet
+        now = clock()
+        if not self._was_leading or now >= self._next_resync:
+            self._was_leading = True
+            self._next_resync = now + self.options.resync_period
+            self.mark(sorted(set(self.nodes.names()) | set(self.devices.names())))
+        with self._wake:
+            batch = sorted(name for name, at in self._dirty.items() if at <= now)
+            for name in batch:
+                del self._dirty[name]
+        for name in batch:
+            if self._stop.is_set():
+                break
+            self._reconcile(name, clock)
+        return len(batch)
+
+    def _reconcile(self, name: str, clock: Callable[[], float]) -> None:
+        node, devices = self.nodes.get(name), self.devices.get(name)
+        for controller in self.controllers:
+            try:
+                controller.reconcile(name, node, devices)
+            except KubeRequestError as exc:
+                log.warning(
+                    "%s for %s failed (retrying in %.0fs): %s", controller.name, name, self.options.retry_delay, exc
+                )
+                self.mark([name], clock() + self.options.retry_delay)
+            except Exception:  # a bug in one controller never stops the others
+                log.exception("%s for %s failed", controller.name, name)
+                self.mark([name], clock() + self.options.retry_delay)
+        self.reconciled += 1
+
+    # -- stopping ----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+
+    def _shutdown(self) -> None:
+        self.rule.stop()
+        self.nodes.stop()
+        self.devices.stop()
+        self.elector.release()
+        log.info("the worker stopped")
+
+
+__all__ = ["Controller", "Worker", "WorkerOptions"]
