@@ -319,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the Devices CustomResourceDefinition (worker.gpustack.ai), generated from the models the "
         "Device Manager writes; the same YAML is checked in at operator/crds/. Apply it with kubectl apply -f -.",
     )
+    from gpustack_operator.worker.cli import add_parser as add_worker  # noqa: PLC0415 -- no client import
+
+    add_worker(top, _add_logging)
     return parser
 
 
@@ -663,6 +666,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "crds":
         return _crds()
     configure_logging(args)
+    if args.command == "worker":
+        from gpustack_operator.worker.cli import run as run_worker  # noqa: PLC0415 -- the client with it
+
+        return run_worker(args)
     try:
         manufacturers = [args.manufacturer] if args.action == "mode" else args.manufacturer
         root = _detect_root(args)

@@ -11,12 +11,12 @@ from typing import Any
 
 import kubernetes.client
 import pytest
-
 from gpustack_operator.kube.apply import RULE_COLLECTION
 from gpustack_operator.kube.crds import CRD_NAME
 from gpustack_operator.settings import PciVendorMatch
 from gpustack_operator.worker.nodekey import GENERAL_PREFIX
 from gpustack_operator.worker.run import Worker, WorkerOptions
+
 from tests.unit.worker.standin import WorkerStandIn
 
 NS = "gpustack-system"
@@ -145,8 +145,10 @@ def test_node_key_published_and_updated_on_label_change(api: WorkerStandIn, run:
     started = time.monotonic()
     api.update_node(
         "n1",
-        lambda n: n["metadata"].setdefault("annotations", {}).update(
-            {"feature.gpustack.ai/cpu-name": "AMD EPYC 7763 64-Core Processor"}
+        lambda n: (
+            n["metadata"]
+            .setdefault("annotations", {})
+            .update({"feature.gpustack.ai/cpu-name": "AMD EPYC 7763 64-Core Processor"})
         ),
     )
     wait_for(lambda: f"{GENERAL_PREFIX}amd-epyc-7763" in (node_feature(api, "n1") or {})["spec"]["labels"])
