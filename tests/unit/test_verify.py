@@ -22,7 +22,7 @@ from gpustack_operator.verify import (
     host_view,
     label_manufacturer,
 )
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import host
@@ -71,13 +71,11 @@ def texts(facts: dict[str, Any], view: ClusterView) -> list[str]:
 
 
 @given(facts_docs())
-@settings(max_examples=150, deadline=None)
 def test_a_view_that_agrees_has_no_difference(facts: dict[str, Any]) -> None:
     assert compare(facts, agreeing_view(facts, "n1")) == []
 
 
 @given(facts_docs(), st.data())
-@settings(max_examples=150, deadline=None)
 def test_a_card_fallen_off_the_host_that_devices_still_advertises(facts: dict[str, Any], data: st.DataObject) -> None:
     view = agreeing_view(facts, "n1")
     gone_from = [g for g in facts["groups"] if g["accelerators"]]
@@ -95,7 +93,6 @@ def test_a_card_fallen_off_the_host_that_devices_still_advertises(facts: dict[st
 
 
 @given(facts_docs(), st.data())
-@settings(max_examples=100, deadline=None)
 def test_a_card_on_the_host_missing_from_devices(facts: dict[str, Any], data: st.DataObject) -> None:
     view = agreeing_view(facts, "n1")
     groups = [g for g in view.devices_groups or [] if g["accelerators"]]
@@ -109,7 +106,6 @@ def test_a_card_on_the_host_missing_from_devices(facts: dict[str, Any], data: st
 
 
 @given(facts_docs(), st.from_regex(r"[1-9][0-9]{2}\.[0-9]{1,3}\.[0-9]{2}", fullmatch=True))
-@settings(max_examples=100, deadline=None)
 def test_labels_old_after_a_driver_upgrade(facts: dict[str, Any], old: str) -> None:
     if not facts["groups"]:
         return
@@ -122,7 +118,6 @@ def test_labels_old_after_a_driver_upgrade(facts: dict[str, Any], old: str) -> N
 
 
 @given(facts_docs(), st.integers(0, 20))
-@settings(max_examples=100, deadline=None)
 def test_allocatable_off_by_any_amount_is_named_with_both_counts(facts: dict[str, Any], value: int) -> None:
     view = agreeing_view(facts, "n1")
     assert view.allocatable is not None
@@ -135,7 +130,6 @@ def test_allocatable_off_by_any_amount_is_named_with_both_counts(facts: dict[str
 
 
 @given(facts_docs())
-@settings(max_examples=100, deadline=None)
 def test_no_device_manager_pod_on_a_node_with_accelerators(facts: dict[str, Any]) -> None:
     view = agreeing_view(facts, "n1")
     view.pods = []

@@ -44,6 +44,9 @@ NODE_FEATURE = "NodeFeature labels"
 HELD_OTHERWISE = frozenset({"shared", "sliced"})  # ledger modes that take a card out of the exclusive pool
 _MANUFACTURER = re.compile(r"[a-z0-9]+")
 _VERSION_KEYS = {".driver-version": "driver", ".runtime-version": "runtime"}
+# The order a node's differences are listed in, the most telling first (the console shows the first):
+# a card gone says more than the count label and the allocatable it also moves.
+ORDER = ("unread", "absent", "unmeasured", "accelerator", "driver", "device-manager", "allocatable", "label")
 
 
 class FactsError(ValueError):
@@ -315,7 +318,7 @@ def compare(facts: Any, cluster: ClusterView, overrides: Mapping[str, str] | Non
     ``overrides``: manufacturer -> exclusive resource name, where the node overrides it."""
     host = host_view(facts)
     out: list[Difference] = []
-    for part, error in sorted(cluster.errors.items()):
+    for part, error in cluster.errors.items():  # in the order read: Node, NodeFeature, Devices, Pods
         out.append(Difference("unread", f"the {part} of node {cluster.node} could not be read: {error}"))
     for maker, reason in sorted(host.unmeasured.items()):
         if maker in host.manufacturers:
@@ -339,7 +342,7 @@ def compare(facts: Any, cluster: ClusterView, overrides: Mapping[str, str] | Non
         out += compare_allocatable(host, cluster.allocatable, cluster.devices_status, overrides)
     if cluster.pods is not None and "Node" not in cluster.absent:
         out += compare_pods(host, cluster.pods)
-    return out
+    return sorted(out, key=lambda d: ORDER.index(d.kind))  # stable: each kind keeps its own order
 
 
 def agreeing_view(facts: Any, node: str, overrides: Mapping[str, str] | None = None) -> ClusterView:
