@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: cluster_verify
 short_description: Compare each node's host view with the cluster's view of it, and report the drift
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - For each host given, takes the detection it registered from M(gpustack.accelerators.accelerator_facts)
     (the host's view) and reads, from the Kubernetes API server, the cluster's view of its node - the
