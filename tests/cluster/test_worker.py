@@ -20,11 +20,12 @@ from typing import Any
 
 import kubernetes.client
 import pytest
-from gpustack_operator.kube.crds import CRD_NAME
+from gpustack_operator.kube.crds import CRD_NAME, devices_crd
 from gpustack_operator.kube.rest import MERGE_PATCH, KubeRequestError, request
 from gpustack_operator.settings import PciVendorMatch
 from gpustack_operator.worker.nodekey import GENERAL_PREFIX
 from gpustack_operator.worker.run import Worker, WorkerOptions
+from gpustack_operator.worker.startup import apply_crds
 
 from tests.cluster.test_publish_cluster import NODE_FEATURE_CRD, NS, apply_crd, client_of
 from tests.tools.kube_cluster import KubeCluster
@@ -118,6 +119,7 @@ def test_the_worker_on_a_real_api_server(client: kubernetes.client.ApiClient) ->
     worker.start()  # the CRD applied and Established before start returns
     crd = request(client, "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
     assert {c["type"]: c["status"] for c in crd["status"]["conditions"]}["Established"] == "True"
+    assert apply_crds(client, [devices_crd()]) == {CRD_NAME: "unchanged"}  # a restart writes nothing
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:

@@ -111,7 +111,7 @@ def test_startup_applies_the_crd_and_the_rule(api: WorkerStandIn, run: Callable[
     wait_for(r2.worker.rule.applied.is_set)
     assert api.obj("nodefeaturerules", "gpustack-cpu-info") == rule
     assert api.count("POST", RULE_COLLECTION) == 1
-    assert api.count("PUT") + api.count("POST") - writes <= 1  # at most the CRD's no-op update
+    assert api.count("PUT") + api.count("POST") - writes == 0
 
 
 def test_the_rule_waits_for_nfds_crd_with_one_log_line(
@@ -167,6 +167,39 @@ def test_a_node_change_that_leaves_the_key_makes_no_write(api: WorkerStandIn, ru
     wait_for(lambda: r.worker.reconciled > seen)
     time.sleep(0.2)
     assert api.count(path=NF) == before
+
+
+def test_a_status_heartbeat_wakes_no_controller(api: WorkerStandIn, run: Callable[..., Running]) -> None:
+    """The cache keeps what the controllers read: the kubelet's status writes are no change at all."""
+    api.add_node("n1", capacity={"cpu": "8"}, labels=AMD_LABELS)
+    r = run()
+    wait_for(lambda: node_feature(api, "n1"))
+    time.sleep(0.2)
+    seen = r.worker.reconciled
+    for beat in range(3):
+        api.write_object(
+            "nodes",
+            "",
+            "n1",
+            lambda n, beat=beat: {
+                **n,
+                "status": {**n["status"], "conditions": [{"type": "Ready", "reason": str(beat)}]},
+            },
+            status=True,
+            status_subresource=True,
+        )
+    api.update_node("n1", lambda n: n["metadata"]["labels"].update({"after": "1"}))
+    wait_for(lambda: r.worker.reconciled > seen)
+    time.sleep(0.2)
+    assert r.worker.reconciled == seen + 1  # the label change alone
+    assert r.worker.nodes.get("n1") == {
+        "metadata": {
+            "name": "n1",
+            "uid": api.obj("nodes", "n1")["metadata"]["uid"],  # type: ignore[index]
+            "labels": {**AMD_LABELS, "after": "1"},
+        },
+        "status": {"capacity": {"cpu": "8"}},
+    }
 
 
 def test_an_unreported_cpu_name_falls_back_and_no_identity_is_generic(

@@ -6,7 +6,9 @@
 (:data:`CONFLICT_RETRIES` tries). It answers ``"created"``, ``"updated"`` or ``"unchanged"`` and
 raises :class:`~gpustack_operator.kube.rest.KubeRequestError` otherwise -- a 404 on the *create*
 means the collection itself is not served (a CRD not installed), which callers tell apart with
-:func:`collection_missing`.
+:func:`collection_missing`. With ``defaulted=True`` (a CRD, whose spec the server fills with defaults
+such as ``conversion``) a spec is unchanged when every field we set holds our value, so a restart
+that changes nothing writes nothing.
 
 The paths the worker writes (supplement §1.2, §1.3, §9; issue 19):
 
@@ -68,7 +70,22 @@ def _merge_meta(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[
     return meta
 
 
-def apply(client: kubernetes.client.ApiClient, collection: str, desired: Mapping[str, Any]) -> Applied:
+def _holds(current: Any, desired: Any) -> bool:
+    """Does ``current`` carry every field of ``desired`` with its value (extra keys of a map allowed)?"""
+    if isinstance(desired, Mapping):
+        return isinstance(current, Mapping) and all(k in current and _holds(current[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(desired)
+            and all(_holds(c, d) for c, d in zip(current, desired, strict=True))
+        )
+    return bool(current == desired)
+
+
+def apply(
+    client: kubernetes.client.ApiClient, collection: str, desired: Mapping[str, Any], *, defaulted: bool = False
+) -> Applied:
     """Create or update ``desired`` in ``collection`` (see the module docstring)."""
     name = str(desired["metadata"]["name"])
     path = f"{collection}/{quote(name, safe='')}"
@@ -85,7 +102,10 @@ def apply(client: kubernetes.client.ApiClient, collection: str, desired: Mapping
             merged["metadata"] = _merge_meta(current, desired)
             if "spec" in desired:
                 merged["spec"] = desired["spec"]
-            if merged["metadata"] == current.get("metadata") and merged.get("spec") == current.get("spec"):
+            same_spec = merged.get("spec") == current.get("spec")
+            if defaulted and "spec" in desired:
+                same_spec = _holds(current.get("spec"), desired["spec"])
+            if merged["metadata"] == current.get("metadata") and same_spec:
                 return "unchanged"
             request(client, "PUT", path, body=merged)
             return "updated"

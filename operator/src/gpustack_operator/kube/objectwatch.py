@@ -12,6 +12,10 @@ never act on an unsynced cache (NFD's own label wipe after a partial sync is the
 :meth:`ObjectWatch.subscribe` registers a callback ``(name, old, new)`` called on the watch thread,
 outside the cache's lock, for every change (``new`` is ``None`` for a deletion, ``old`` ``None`` for
 an addition); a list after a 410 reports the difference with what the cache held.
+
+``keep`` trims each object before it is cached (the worker keeps a Node's metadata and CPU capacity,
+not its images and conditions): the cache of 1,000 Nodes stays small, and a change outside what is
+kept (the kubelet's status heartbeats) is no change at all -- no callback, no reconcile.
 """
 
 from __future__ import annotations
@@ -73,8 +77,10 @@ class ObjectWatch:
         watch_timeout: int = WATCH_TIMEOUT,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.client = client
+        self.keep = keep
         self.path = path
         self.list_timeout = list_timeout
         self.watch_timeout = max(1, int(watch_timeout))
@@ -174,7 +180,7 @@ class ObjectWatch:
         items = doc.get("items") if isinstance(doc, dict) else None
         if not isinstance(items, list):
             raise WatchFailedError("the answer is not a list")
-        fresh = {name: item for item in items if (name := _name(item))}
+        fresh = {name: self._kept(item) for item in items if isinstance(item, dict) and (name := _name(item))}
         changes: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
         with self._lock:
             for name, gone in self._objects.items():
@@ -244,10 +250,13 @@ class ObjectWatch:
                 self._objects.pop(name, None)
                 new = None
             else:
-                self._objects[name] = obj
-                new = obj
+                new = self._kept(obj)
+                self._objects[name] = new
         if old != new:
             self._notify([(name, old, new)])
+
+    def _kept(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.keep(obj) if self.keep is not None else obj
 
     def _notify(self, changes: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]) -> None:
         for name, old, new in changes:

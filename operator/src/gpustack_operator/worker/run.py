@@ -5,7 +5,8 @@
 * startup (every replica, before the election): :func:`~gpustack_operator.worker.startup.apply_crds`,
   then the :class:`~gpustack_operator.worker.startup.RuleApplier` thread;
 * two watch caches (:class:`~gpustack_operator.kube.objectwatch.ObjectWatch`): the Nodes and the
-  ``Devices``; every change marks that name dirty and wakes the loop;
+  ``Devices``, each trimmed to what the controllers read (:func:`node_view`, :func:`devices_view`);
+  every change of that marks the name dirty and wakes the loop;
 * the loop (:meth:`Worker.run`): each round ticks the :class:`~gpustack_operator.worker.leader.Elector`
   and, only while leading *and* with both caches synced, reconciles every dirty name through each
   controller (``nodekey.py``, ``managed.py``, ``devicesgc.py``) with the cached Node and Devices.
@@ -43,6 +44,23 @@ if TYPE_CHECKING:  # the client is imported by gpustack_operator.kube alone
 log = logging.getLogger(__name__)
 
 
+def node_view(node: dict[str, Any]) -> dict[str, Any]:
+    """What the controllers read of a Node: its identity, labels, annotations and CPU capacity."""
+    meta = node.get("metadata") or {}
+    kept = {k: meta[k] for k in ("name", "uid", "labels", "annotations") if k in meta}
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    view: dict[str, Any] = {"metadata": kept}
+    if isinstance(capacity, dict) and "cpu" in capacity:
+        view["status"] = {"capacity": {"cpu": capacity["cpu"]}}
+    return view
+
+
+def devices_view(devices: dict[str, Any]) -> dict[str, Any]:
+    """What the controllers read of a ``Devices``: its name and labels (never the ledger)."""
+    meta = devices.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "uid", "labels") if k in meta}}
+
+
 class Controller(Protocol):
     name: str
 
@@ -70,10 +88,9 @@ class Worker:
     def __init__(self, client: kubernetes.client.ApiClient, options: WorkerOptions) -> None:
         self.client = client
         self.options = options
-        self.nodes = ObjectWatch(client, NODES, watch_timeout=options.watch_timeout, backoff_max=options.backoff_max)
-        self.devices = ObjectWatch(
-            client, DEVICES_COLLECTION, watch_timeout=options.watch_timeout, backoff_max=options.backoff_max
-        )
+        watching: dict[str, Any] = {"watch_timeout": options.watch_timeout, "backoff_max": options.backoff_max}
+        self.nodes = ObjectWatch(client, NODES, keep=node_view, **watching)
+        self.devices = ObjectWatch(client, DEVICES_COLLECTION, keep=devices_view, **watching)
         self.controllers: list[Controller] = [
             NodeKeyController(client, options.namespace),
             ManagedMarkController(client),

@@ -45,7 +45,7 @@ def apply_crds(
     for crd in crds:
         name = str(crd["metadata"]["name"])
         try:
-            outcomes[name] = apply(client, CRD_COLLECTION, crd)
+            outcomes[name] = apply(client, CRD_COLLECTION, crd, defaulted=True)
         except KubeRequestError as exc:
             raise StartupError(f"the CustomResourceDefinition {name} could not be applied: {exc}") from None
         log.info("CustomResourceDefinition %s %s", name, outcomes[name])
