@@ -114,8 +114,10 @@ def test_a_failed_patch_refuses_naming_the_error_and_gives_the_card_back(
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
     assert "HTTP 500" in err.value.details and node.api.url in err.value.details
     assert "given back" in err.value.details
-    # nothing is held: the card's other tokens stay Healthy and a second Allocate takes the card
-    assert node.kubelet.capacity(SHARED) == 80
+    # nothing is held: the card was given back before the refusal (the ledger), and the stream that
+    # turned its other tokens Unhealthy for the reservation turns them Healthy again (delivered to the
+    # kubelet asynchronously, so waited for); a second Allocate takes the card
+    node.kubelet.wait_capacity(SHARED, 80, timeout=10)
     uid, grants = node.admit([("main", {GPU: "1"})], name="second", force={"main": {GPU: [token]}})
     assert grants["main"][GPU].device_ids == [token]
     stored = node.api.by_uid(uid)
