@@ -13,17 +13,19 @@ description:
     (the host's view) and reads, from the Kubernetes API server, the cluster's view of its node - the
     NodeFeature C(<node>-gpustack-device-manager) labels, the C(Devices) (C(worker.gpustack.ai)) spec groups
     and status, the Node's allocatable per resource, and the Device Manager Pods bound to the node.
-  - Returns one line per difference an operator can act on, per node - C(nvidia driver 550.54.15 on the host,
-    535.104.05 in the NodeFeature labels), C(GPU-x (nvidia h100-80gb-hbm3) is on the host but not in Devices),
-    C(Devices advertises GPU-y (...) the host no longer has), C(allocatable nvidia.com/gpu 8, the host has 7),
-    C(no device-manager pod (DaemonSet gpustack-operator-device-manager-nvidia) on a node with 8 nvidia accelerators).
+  - Returns one line per difference an operator can act on, per node, such as
+    "nvidia driver 550.54.15 on the host, 535.104.05 in the NodeFeature labels",
+    "GPU-x (nvidia h100-80gb-hbm3) is on the host but not in Devices",
+    "Devices advertises GPU-y (nvidia h100-80gb-hbm3) the host no longer has",
+    "allocatable nvidia.com/gpu 8, the host has 7",
+    "no device-manager pod (DaemonSet gpustack-operator-device-manager-nvidia) on a node with 8 nvidia accelerators".
   - A node is V(ok) (no difference), V(drift) (differences), or V(error) - not fully compared - its facts
     could not be had (the host failed or was unreachable) or are no detection document, or a part of the
     cluster could not be read (a difference of kind C(unread) naming it, never taken for absent; what
     could be read is still compared and listed).
   - Only reads the API server. With O(dest) it writes the report - C(verify-<timestamp>.yaml), C(.html) and
     C(.junit.xml), one testcase per host, a drifting node a failure whose message is its differences - on
-    the machine it runs on; meant to run once on the controller (C(delegate_to: localhost), C(run_once)).
+    the machine it runs on; meant to run once on the controller (C(delegate_to=localhost), C(run_once)).
   - Needs the C(gpustack-operator) package (and its C(kubernetes) client) where it runs, like the other modules.
 attributes:
   check_mode:
@@ -145,7 +147,8 @@ summary_line:
   type: str
   sample: "cluster verify: 3 nodes, 2 ok, 1 drift, 0 error"
 console:
-  description: One line per node that is not ok - C(<host> (node <node>): <status> - <first difference> (+N more)).
+  description: "One line per node that is not ok, as host, node, status and the first difference with how many more."
+  sample: ["fallen-01 (node fallen-01): drift - Devices advertises GPU-y (nvidia l40s) the host no longer has (+2 more)"]
   returned: success
   type: list
   elements: str
