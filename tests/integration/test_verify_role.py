@@ -89,6 +89,13 @@ def inventory(tmp_path: Path) -> Path:
         hosts[name] = {"gpustack_host_root": str(host(fixture)), "gpustack_manufacturers": ["nvidia", "amd"]}
         if node != name:
             hosts[name]["gpustack_node_name"] = node
+    # and one host nobody answers for (a closed port on loopback): an error node, never a pass
+    hosts["gone-01"] = {
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": 1,
+        "ansible_ssh_common_args": "-o ConnectTimeout=3 -o BatchMode=yes",
+    }
     doc = {
         "all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
@@ -142,15 +149,22 @@ def test_verify_role_reports_the_drift_and_fails_the_drifting_hosts(
     proc = run(ansible_env, tmp_path, cluster)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "cluster verify: 5 nodes, 2 ok, 3 drift, 0 error" in out, out[-4000:]
-    recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.MULTILINE))
-    assert {h for h, failed in recap.items() if failed != "0"} == {"fallen-01", "upgraded-01", "nopod-01"}, out[-4000:]
+    assert "cluster verify: 6 nodes, 2 ok, 3 drift, 1 error" in out, out[-4000:]
+    recap = {
+        h: (int(u), int(f))
+        for h, u, f in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
+    }
+    assert {h for h, (u, f) in recap.items() if u or f} == {"fallen-01", "upgraded-01", "nopod-01", "gone-01"}, out[
+        -4000:
+    ]
+    assert recap["gone-01"][1] == 1  # kept in the play (ignore_unreachable), failed by the verdict
     assert "changed=0" in out and not re.search(r"changed=[1-9]", out)
 
     (report,) = (tmp_path / "reports").glob("verify-*.yaml")
     doc = yaml.safe_load(report.read_text())
     nodes = {n["host"]: n for n in doc["nodes"]}
-    assert doc["summary"] == {"nodes": 5, "error": 0, "drift": 3, "ok": 2}
+    assert doc["summary"] == {"nodes": 6, "error": 1, "drift": 3, "ok": 2}
+    assert doc["nodes"][0]["host"] == "gone-01" and doc["nodes"][0]["error"].startswith("unreachable: ")
     assert nodes["good-01"] == {"host": "good-01", "node": "node-good", "status": "ok"}
     assert nodes["cpu-01"]["status"] == "ok"
     fallen = [d["text"] for d in nodes["fallen-01"]["differences"]]
@@ -174,14 +188,14 @@ def test_verify_role_reports_the_drift_and_fails_the_drifting_hosts(
     )
 
     junit = ET.parse(report.with_suffix("").with_suffix(".junit.xml")).getroot()
-    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("5", "3", "0")
+    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("6", "3", "1")
     cases = {c.get("name"): c for c in junit.iter("testcase")}
     failure = cases["upgraded-01"].find("failure")
     assert failure is not None and failure.get("message") == "\n".join(upgraded)
     assert cases["good-01"].find("failure") is None
     page = report.with_suffix("").with_suffix(".html").read_text()
     assert f"Devices advertises {FALLEN} (nvidia l40s) the host no longer has" in page
-    assert "cluster verify: 5 nodes, 2 ok, 3 drift, 0 error" in page
+    assert "cluster verify: 6 nodes, 2 ok, 3 drift, 1 error" in page
 
 
 def test_verify_role_passes_matching_nodes_in_check_mode_and_names_an_api_server_it_cannot_read(
@@ -201,3 +215,17 @@ def test_verify_role_passes_matching_nodes_in_check_mode_and_names_an_api_server
         "good-01 (node node-good): error - the Node of node node-good could not be read: GET /api/v1/nodes/node-good at http://127.0.0.1:9"
         in out
     )
+
+
+def test_every_role_variable_is_specified_defaulted_and_documented() -> None:
+    role = REPO / "roles" / "verify"
+    options = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    readme = (role / "README.md").read_text(encoding="utf-8")
+    table = dict(re.findall(r"^\| `(verify_\w+)` \| `([^`]*)` \|", readme, re.MULTILINE))
+    assert set(options) == set(defaults) == set(table)
+    for name, option in options.items():
+        assert option["default"] == defaults[name], name
+    # every variable the tasks use is one of them
+    used = set(re.findall(r"\bverify_[a-z_]+\b", (role / "tasks" / "main.yml").read_text()))
+    assert used - {"verify_facts_result", "verify_report"} == set(options)
