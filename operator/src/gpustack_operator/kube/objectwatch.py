@@ -13,6 +13,13 @@ never act on an unsynced cache (NFD's own label wipe after a partial sync is the
 outside the cache's lock, for every change (``new`` is ``None`` for a deletion, ``old`` ``None`` for
 an addition); a list after a 410 reports the difference with what the cache held.
 
+A list is read in pages (``limit``, then ``continue``, as client-go's reflector does; a server that
+does not page answers everything at once) and each page is decoded one item at a time, each item
+trimmed by ``keep`` before the next is decoded: the list's whole document never exists as Python
+objects, so listing 1,000 Nodes of ~13 KB each costs the page's text, not the ~100 MB of dicts a
+``json.loads`` of the list would build (and leave the heap fragmented by, issue 19's 80 MiB). An expired
+``continue`` token (410) lists again from the start.
+
 ``keep`` trims each object before it is cached (the worker keeps a Node's metadata and CPU capacity,
 not its images and conditions): the cache of 1,000 Nodes stays small, and a change outside what is
 kept (the kubelet's status heartbeats) is no change at all -- no callback, no reconcile.
@@ -41,6 +48,9 @@ READ_SLACK = 30.0
 BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 30.0
 HTTP_GONE = 410
+LIST_PAGE = 500  # client-go's reflector page size
+_BLANK = " \t\n\r"
+_DECODER = json.JSONDecoder()
 
 Change = Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
 
@@ -78,9 +88,11 @@ class ObjectWatch:
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
         keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        list_page: int = LIST_PAGE,
     ) -> None:
         self.client = client
         self.keep = keep
+        self.list_page = max(0, int(list_page))  # 0: one unpaged list
         self.path = path
         self.list_timeout = list_timeout
         self.watch_timeout = max(1, int(watch_timeout))
@@ -172,15 +184,22 @@ class ObjectWatch:
         return response
 
     def _relist(self) -> None:
-        response = self._request([], self.list_timeout)
-        try:
-            doc = json.loads(response.read())
-        except (ValueError, RecursionError):
-            raise WatchFailedError("the list is not JSON") from None
-        items = doc.get("items") if isinstance(doc, dict) else None
-        if not isinstance(items, list):
-            raise WatchFailedError("the answer is not a list")
-        fresh = {name: self._kept(item) for item in items if isinstance(item, dict) and (name := _name(item))}
+        fresh: dict[str, dict[str, Any]] = {}
+        version, token = "", ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", self.list_page)] if self.list_page else []
+            if token:
+                query.append(("continue", token))
+            try:
+                response = self._request(query, self.list_timeout)
+            except ApiException as exc:
+                if exc.status == HTTP_GONE and token:
+                    raise _ExpiredError(f"the list's continue token: HTTP 410 {exc.reason}".strip()) from None
+                raise
+            meta = decode_list(response.read(), lambda item: self._keep_item(item, fresh))
+            version, token = _list_meta(meta)
+            if not token:
+                break
         changes: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
         with self._lock:
             for name, gone in self._objects.items():
@@ -191,10 +210,14 @@ class ObjectWatch:
                 if old != new:
                     changes.append((name, old, new))
             self._objects = fresh
-        self._rv = _version(doc) or "0"
+        self._rv = version or "0"
         self.lists += 1
         self._synced.set()
         self._notify(changes)
+
+    def _keep_item(self, item: Any, into: dict[str, dict[str, Any]]) -> None:
+        if isinstance(item, dict) and (name := _name(item)):
+            into[name] = self._kept(item)
 
     def _watch_once(self) -> None:
         from kubernetes.watch import Watch  # noqa: PLC0415 -- the watch module only where it is used
@@ -267,6 +290,74 @@ class ObjectWatch:
                     log.exception("handling a change of %s %s failed", self.path, name)
 
 
+def _list_meta(meta: dict[str, Any]) -> tuple[str, str]:
+    """A list page's ``(resourceVersion, continue)`` from its ``metadata``."""
+    found = meta.get("metadata")
+    if not isinstance(found, dict):
+        return "", ""
+    version, token = found.get("resourceVersion"), found.get("continue")
+    return (version if isinstance(version, str) else ""), (token if isinstance(token, str) else "")
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _BLANK:
+        at += 1
+    return at
+
+
+def _expect(text: str, at: int, char: str) -> int:
+    at = _skip(text, at)
+    if at >= len(text) or text[at] != char:
+        raise WatchFailedError(f"the list is not JSON (expected {char!r} at offset {at})")
+    return _skip(text, at + 1)
+
+
+def _items(text: str, at: int, each: Callable[[Any], None]) -> int:
+    """The ``items`` array from ``at`` (its ``[``), each element handed to ``each`` once decoded;
+    the offset after its ``]``."""
+    at = _expect(text, at, "[")
+    if text.startswith("]", at):
+        return at + 1
+    while True:
+        item, at = _DECODER.raw_decode(text, at)
+        each(item)
+        at = _skip(text, at)
+        if text.startswith("]", at):
+            return at + 1
+        at = _expect(text, at, ",")
+
+
+def decode_list(data: bytes | str, each: Callable[[Any], None]) -> dict[str, Any]:
+    """Decode a list answer (``{"metadata": ..., "items": [...]}``) one item at a time: each element
+    of ``items`` is handed to ``each`` as soon as it is decoded (and can be dropped before the next),
+    the other top-level members are returned. Raises :class:`WatchFailedError` when the answer is not
+    a JSON object with an ``items`` array."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        members: dict[str, Any] = {}
+        seen_items = False
+        at = _expect(text, 0, "{")
+        while not text.startswith("}", at):
+            key, at = _DECODER.raw_decode(text, at)
+            if not isinstance(key, str):
+                raise WatchFailedError("the list is not JSON (a member name is not a string)")
+            at = _expect(text, at, ":")
+            if key == "items" and text.startswith("[", at):
+                at, seen_items = _items(text, at, each), True
+            else:
+                members[key], at = _DECODER.raw_decode(text, at)
+            at = _skip(text, at)
+            if not text.startswith("}", at):
+                at = _expect(text, at, ",")
+        if _skip(text, at + 1) != len(text):
+            raise WatchFailedError("the list is not JSON (text after its end)")
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise WatchFailedError("the list is not JSON") from None
+    if not seen_items:
+        raise WatchFailedError("the answer is not a list")
+    return members
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}".strip()
@@ -276,4 +367,4 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-__all__ = ["ObjectWatch", "WatchFailedError"]
+__all__ = ["ObjectWatch", "WatchFailedError", "decode_list"]

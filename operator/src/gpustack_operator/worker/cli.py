@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from gpustack_operator.kube.publish import system_namespace  # noqa: PLC0415
     from gpustack_operator.manufacturers import UnknownManufacturerError, parse_manufacturers  # noqa: PLC0415
     from gpustack_operator.settings import SettingsError  # noqa: PLC0415
+    from gpustack_operator.worker.memory import pin_mmap_threshold  # noqa: PLC0415
     from gpustack_operator.worker.rule import managed_vendors  # noqa: PLC0415
     from gpustack_operator.worker.run import Worker, WorkerOptions  # noqa: PLC0415
     from gpustack_operator.worker.startup import StartupError  # noqa: PLC0415
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     except KubeConfigError as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return 2
+    pin_mmap_threshold()  # a freed list page goes back to the system (worker/memory.py)
     namespace = system_namespace()
     identity = os.environ.get("KUBERNETES_POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
     options = WorkerOptions(

@@ -38,6 +38,7 @@ GENERAL_PREFIX = "general." + FEATURE_PREFIX
 NODE_FEATURE_SUFFIX = "-gpustack-worker"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 CPU_NAME_ANNOTATION = FEATURE_PREFIX + "cpu-name"
+CPU_MODEL_LABELS = tuple(f"{NFD_PREFIX}cpu-model.{part}" for part in ("vendor_id", "family", "id"))
 
 
 def _strings(obj: Mapping[str, Any], key: str) -> dict[str, str]:
@@ -52,12 +53,8 @@ def node_key(node: Mapping[str, Any]) -> str:
     """The Node's general node key from its NFD labels and annotations."""
     labels = _strings(node, "labels")
     annotations = _strings(node, "annotations")
-    return general_node_key(
-        labels.get(f"{NFD_PREFIX}cpu-model.vendor_id"),
-        labels.get(f"{NFD_PREFIX}cpu-model.family"),
-        labels.get(f"{NFD_PREFIX}cpu-model.id"),
-        annotations.get(CPU_NAME_ANNOTATION),
-    )
+    vendor_id, family, model_id = (labels.get(key) for key in CPU_MODEL_LABELS)
+    return general_node_key(vendor_id, family, model_id, annotations.get(CPU_NAME_ANNOTATION))
 
 
 def _cpu_count(node: Mapping[str, Any]) -> int | None:
@@ -77,7 +74,7 @@ def worker_labels(node: Mapping[str, Any]) -> dict[str, str]:
     """The labels the worker publishes for one Node (see the module docstring)."""
     labels = _strings(node, "labels")
     key = node_key(node)
-    manufacturer = general_node_key(labels.get(f"{NFD_PREFIX}cpu-model.vendor_id"), None, None, None)
+    manufacturer = general_node_key(labels.get(CPU_MODEL_LABELS[0]), None, None, None)
     out = {f"{GENERAL_PREFIX}{manufacturer}": "true", f"{GENERAL_PREFIX}{key}": "true"}
     count = _cpu_count(node)
     if count is not None:
@@ -131,4 +128,13 @@ class NodeKeyController:
             log.info("node %s: NodeFeature %s %s (key %s)", name, desired["metadata"]["name"], outcome, node_key(node))
 
 
-__all__ = ["GENERAL_PREFIX", "NodeKeyController", "node_feature", "node_feature_name", "node_key", "worker_labels"]
+__all__ = [
+    "CPU_MODEL_LABELS",
+    "CPU_NAME_ANNOTATION",
+    "GENERAL_PREFIX",
+    "NodeKeyController",
+    "node_feature",
+    "node_feature_name",
+    "node_key",
+    "worker_labels",
+]

@@ -33,8 +33,8 @@ from gpustack_operator.kube.rest import KubeRequestError
 from gpustack_operator.settings import PciVendorMatch
 from gpustack_operator.worker.devicesgc import DevicesGcController
 from gpustack_operator.worker.leader import Elector
-from gpustack_operator.worker.managed import ManagedMarkController
-from gpustack_operator.worker.nodekey import NodeKeyController
+from gpustack_operator.worker.managed import MANAGED, ManagedMarkController
+from gpustack_operator.worker.nodekey import CPU_NAME_ANNOTATION, NodeKeyController
 from gpustack_operator.worker.rule import cpu_info_rule
 from gpustack_operator.worker.startup import RuleApplier, apply_crds
 
@@ -44,10 +44,25 @@ if TYPE_CHECKING:  # the client is imported by gpustack_operator.kube alone
 log = logging.getLogger(__name__)
 
 
+# What the controllers read of a Node's annotations and a Devices' labels (nodekey.py, managed.py): only
+# these are cached, so NFD's other annotations (its feature-labels list) and a Devices' other labels are
+# no change. A Node's labels are kept whole: a label change wakes its reconcile (which writes nothing
+# when the key holds), as tests/unit/worker/test_worker.py expects.
+NODE_ANNOTATIONS_READ = frozenset({CPU_NAME_ANNOTATION})
+DEVICES_LABELS_READ = frozenset({MANAGED})
+
+
+def _only(found: Any, keys: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in found.items() if k in keys} if isinstance(found, dict) else {}
+
+
 def node_view(node: dict[str, Any]) -> dict[str, Any]:
-    """What the controllers read of a Node: its identity, labels, annotations and CPU capacity."""
+    """What the controllers read of a Node: its name, uid and labels, the annotation of
+    :data:`NODE_ANNOTATIONS_READ`, its CPU capacity."""
     meta = node.get("metadata") or {}
-    kept = {k: meta[k] for k in ("name", "uid", "labels", "annotations") if k in meta}
+    kept: dict[str, Any] = {k: meta[k] for k in ("name", "uid", "labels") if k in meta}
+    if annotations := _only(meta.get("annotations"), NODE_ANNOTATIONS_READ):
+        kept["annotations"] = annotations
     capacity = (node.get("status") or {}).get("capacity") or {}
     view: dict[str, Any] = {"metadata": kept}
     if isinstance(capacity, dict) and "cpu" in capacity:
@@ -56,9 +71,12 @@ def node_view(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def devices_view(devices: dict[str, Any]) -> dict[str, Any]:
-    """What the controllers read of a ``Devices``: its name and labels (never the ledger)."""
+    """What the controllers read of a ``Devices``: its name, uid and managed mark (never the ledger)."""
     meta = devices.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "uid", "labels") if k in meta}}
+    kept: dict[str, Any] = {k: meta[k] for k in ("name", "uid") if k in meta}
+    if labels := _only(meta.get("labels"), DEVICES_LABELS_READ):
+        kept["labels"] = labels
+    return {"metadata": kept}
 
 
 class Controller(Protocol):
