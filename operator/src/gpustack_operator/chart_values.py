@@ -181,6 +181,11 @@ class DeviceManagerValues(PodValues):
     )
     preload: PreloadValues | None = Field(default_factory=PreloadValues)
     update_max_unavailable: int | str | None = Field(1, alias="updateMaxUnavailable")
+    security_context: KubeObject | None = Field(
+        default_factory=lambda: {"privileged": True, "runAsUser": 0},
+        alias="securityContext",
+        description="the device-manager container's securityContext (root and privileged: docs/chart.md)",
+    )
 
 
 class ChartValues(_Values):

@@ -5,7 +5,25 @@ default again, so `helm upgrade --reuse-values --set <path>=null` renders (docs/
 */ -}}
 {{- define "gpustack-operator.values" -}}
 {{- $defaults := include "gpustack-operator.defaults" . | fromJson -}}
-{{- toJson (mustMergeOverwrite $defaults (deepCopy .Values)) -}}
+{{- $given := include "gpustack-operator.dropNulls" .Values | fromJson -}}
+{{- toJson (mustMergeOverwrite $defaults $given) -}}
+{{- end -}}
+
+{{- /*
+A map without its null values, at any depth (as JSON). Helm removes most nulls before the templates run,
+not all: after `helm upgrade --reuse-values --set worker=null`, the next --reuse-values upgrade hands the
+templates `worker: null`, which would otherwise overwrite the default section with nothing.
+*/ -}}
+{{- define "gpustack-operator.dropNulls" -}}
+{{- $out := dict -}}
+{{- range $key, $value := . -}}
+{{- if kindIs "map" $value -}}
+{{- $_ := set $out $key (include "gpustack-operator.dropNulls" $value | fromJson) -}}
+{{- else if not (kindIs "invalid" $value) -}}
+{{- $_ := set $out $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
 
 {{- define "gpustack-operator.fullname" -}}
