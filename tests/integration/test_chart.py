@@ -431,3 +431,22 @@ def test_containerfile_builds_the_charts_image() -> None:
     users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
     assert users and users[-1].split(":")[0] not in ("0", "root"), "the image's user must not be root"
     assert re.search(r"^ENTRYPOINT \[\"gpustack-operator\"\]", text, re.MULTILINE)
+
+
+def test_chart_schema_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`gpustack-operator chart-schema` prints the checked-in schema; --write regenerates a chart's files
+    (a stale copy made current); a directory without Chart.yaml is refused by name, exit 2."""
+    from gpustack_operator import cli
+
+    assert cli.main(["chart-schema"]) == 0
+    assert capsys.readouterr().out == (CHART / chart_values.SCHEMA_FILE).read_text(encoding="utf-8")
+    copy_dir = tmp_path / "chart"
+    (copy_dir / "templates").mkdir(parents=True)
+    (copy_dir / "Chart.yaml").write_text((CHART / "Chart.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (copy_dir / chart_values.SCHEMA_FILE).write_text("{}", encoding="utf-8")
+    assert cli.main(["chart-schema", "--write", str(copy_dir)]) == 0
+    for rel in chart_values.generated_files():
+        assert (copy_dir / rel).read_text(encoding="utf-8") == (CHART / rel).read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["chart-schema", "--write", str(tmp_path)]) == 2
+    assert f"{tmp_path} holds no Chart.yaml" in capsys.readouterr().err

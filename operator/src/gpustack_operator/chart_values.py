@@ -9,7 +9,8 @@ module, and the chart tests fail while any of them differs from what it generate
 - ``values.yaml`` is written by hand (it carries the comments a user reads) and must load to exactly
   :func:`default_values`.
 
-``python -m gpustack_operator.chart_values <chart dir>`` rewrites the two generated files.
+``gpustack-operator chart-schema --write <chart dir>`` (or ``python -m gpustack_operator.chart_values <chart
+dir>``) rewrites the two generated files; ``gpustack-operator chart-schema`` prints the schema.
 
 **Null at every path.** ``helm upgrade --reuse-values --set x=null`` is how a value is put back to the
 chart's default (supplement §4.3: "revert with ``--set …=null``"). Helm then *removes* the key from the
@@ -250,20 +251,37 @@ def generated_files() -> dict[str, str]:
     return {SCHEMA_FILE: render_schema(), DEFAULTS_TEMPLATE: render_defaults_template()}
 
 
+def write_chart(chart_dir: str) -> int:
+    """Rewrite the generated files of the chart in ``chart_dir``; 2 (named) when it is no chart."""
+    chart = Path(chart_dir)
+    if not (chart / "Chart.yaml").is_file():
+        print(f"gpustack-operator: error: {chart} holds no Chart.yaml (give the chart's directory)", file=sys.stderr)
+        return 2
+    for rel, text in generated_files().items():
+        try:
+            (chart / rel).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            print(f"gpustack-operator: error: cannot write {chart / rel}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {chart / rel}")
+    return 0
+
+
+def cli_main(write: str | None) -> int:
+    """``gpustack-operator chart-schema [--write CHART_DIR]``: print the schema, or rewrite the chart's files."""
+    if write is not None:
+        return write_chart(write)
+    sys.stdout.write(render_schema())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m gpustack_operator.chart_values CHART_DIR``: rewrite the generated files of the chart."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: python -m gpustack_operator.chart_values CHART_DIR", file=sys.stderr)
         return 2
-    chart = Path(args[0])
-    if not (chart / "Chart.yaml").is_file():
-        print(f"chart_values: error: {chart} holds no Chart.yaml (give the chart's directory)", file=sys.stderr)
-        return 2
-    for rel, text in generated_files().items():
-        (chart / rel).write_text(text, encoding="utf-8")
-        print(f"wrote {chart / rel}")
-    return 0
+    return write_chart(args[0])
 
 
 if __name__ == "__main__":

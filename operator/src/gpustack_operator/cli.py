@@ -319,6 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the Devices CustomResourceDefinition (worker.gpustack.ai), generated from the models the "
         "Device Manager writes; the same YAML is checked in at operator/crds/. Apply it with kubectl apply -f -.",
     )
+    chart = top.add_parser(
+        "chart-schema",
+        help="print the Helm chart's values.schema.json, generated from its values model",
+        description="Print the JSON schema of the chart's values (operator/chart/gpustack-operator), generated from "
+        "gpustack_operator/chart_values.py; --write CHART_DIR rewrites the chart's generated files instead "
+        "(values.schema.json, templates/_defaults.tpl). docs/chart.md.",
+    )
+    chart.add_argument("--write", metavar="CHART_DIR", help="rewrite the generated files of the chart in CHART_DIR")
     from gpustack_operator.worker.cli import add_parser as add_worker  # noqa: PLC0415 -- no client import
 
     add_worker(top, _add_logging)
@@ -665,6 +673,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(_normalise_verbosity(list(sys.argv[1:] if argv is None else argv)))
     if args.command == "crds":
         return _crds()
+    if args.command == "chart-schema":
+        from gpustack_operator.chart_values import cli_main  # noqa: PLC0415 -- the model only here
+
+        return cli_main(args.write)
     configure_logging(args)
     if args.command == "worker":
         from gpustack_operator.worker.cli import run as run_worker  # noqa: PLC0415 -- the client with it
