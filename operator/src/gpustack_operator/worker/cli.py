@@ -1,7 +1,7 @@
 """``gpustack-operator worker`` -- its flags (supplement §3.3, the ones this worker acts on) and its run.
 
-Image mode's chart install (``--disable-applications`` other than ``*``) is not built: the flag is
-parsed and checked, and the worker says once that it installs no application (docs/worker.md).
+Without ``*`` in ``--disable-applications`` the worker is in image mode (supplement §8) and installs its
+packaged chart through ``helm`` (``--helm-binary``, ``--chart``; worker/install.py).
 """
 
 from __future__ import annotations
@@ -88,8 +88,19 @@ def add_parser(top: Any, add_logging: Callable[[argparse.ArgumentParser], None])
         action="extend",
         default=[],
         metavar="APPS",
-        help="applications not to install, comma-separated, or * (chart mode's default); image mode's install "
-        "is not built in this version, so the worker installs none whatever the value",
+        help="applications not to install, comma-separated, or * (chart mode's); without *, the worker installs "
+        "its packaged chart as the release gpustack-operator-device-manager (image mode)",
+    )
+    p.add_argument(
+        "--helm-binary",
+        metavar="PATH",
+        help="image mode: the helm binary (default: $HELM_BINARY, else helm on PATH)",
+    )
+    p.add_argument(
+        "--chart",
+        metavar="PATH",
+        help="image mode: the chart to install (default: ${GPUSTACK_CONF_DIR:-/etc/gpustack}/charts/"
+        "gpustack-operator-<version>.tgz)",
     )
     p.add_argument(
         "--kube-leader-election",
@@ -128,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from gpustack_operator.kube.publish import system_namespace  # noqa: PLC0415
     from gpustack_operator.manufacturers import UnknownManufacturerError, parse_manufacturers  # noqa: PLC0415
     from gpustack_operator.settings import SettingsError  # noqa: PLC0415
+    from gpustack_operator.worker.install import plan_install  # noqa: PLC0415
     from gpustack_operator.worker.memory import pin_mmap_threshold  # noqa: PLC0415
     from gpustack_operator.worker.rule import managed_vendors  # noqa: PLC0415
     from gpustack_operator.worker.run import Worker, WorkerOptions  # noqa: PLC0415
@@ -144,8 +156,6 @@ def run(args: argparse.Namespace) -> int:
     except (UnknownManufacturerError, SettingsError) as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return 2
-    if "*" not in args.disable_applications:
-        log.warning("image mode's chart install is not built in this version: the worker installs no application")
     try:
         client = make_api_client(args.kubeconfig, args.kube_api_server)
     except KubeConfigError as exc:
@@ -164,6 +174,15 @@ def run(args: argparse.Namespace) -> int:
         lease_duration=args.kube_leader_lease,
         renew_deadline=args.kube_leader_renew_timeout,
         resync_period=args.informer_cache_resync_period,
+        install=plan_install(
+            args.disable_applications,
+            os.environ,
+            namespace=namespace,
+            helm=args.helm_binary,
+            chart=args.chart,
+            kubeconfig=args.kubeconfig,
+            api_server=args.kube_api_server,
+        ),
     )
     worker = Worker(client, options)
     stopping = threading.Event()

@@ -7,6 +7,8 @@
 * two watch caches (:class:`~gpustack_operator.kube.objectwatch.ObjectWatch`): the Nodes and the
   ``Devices``, each trimmed to what the controllers read (:func:`node_view`, :func:`devices_view`);
   every change of that marks the name dirty and wakes the loop;
+* image mode (``options.install``): the chart install of ``worker/install.py``, started on its own
+  thread the first time this replica leads;
 * the loop (:meth:`Worker.run`): each round ticks the :class:`~gpustack_operator.worker.leader.Elector`
   and, only while leading *and* with both caches synced, reconciles every dirty name through each
   controller (``nodekey.py``, ``managed.py``, ``devicesgc.py``) with the cached Node and Devices.
@@ -32,6 +34,7 @@ from gpustack_operator.kube.objectwatch import ObjectWatch
 from gpustack_operator.kube.rest import KubeRequestError
 from gpustack_operator.settings import PciVendorMatch
 from gpustack_operator.worker.devicesgc import DevicesGcController
+from gpustack_operator.worker.install import ChartInstaller, InstallPlan
 from gpustack_operator.worker.leader import Elector
 from gpustack_operator.worker.managed import MANAGED, ManagedMarkController
 from gpustack_operator.worker.nodekey import CPU_NAME_ANNOTATION, NodeKeyController
@@ -100,6 +103,7 @@ class WorkerOptions:
     retry_delay: float = 1.0
     watch_timeout: int = 300
     backoff_max: float = 30.0
+    install: InstallPlan | None = None  # image mode's chart install (worker/install.py), run once leading
 
 
 class Worker:
@@ -125,6 +129,7 @@ class Worker:
             )
         self.elector = Elector(lock, renew_deadline=options.renew_deadline, retry_period=options.retry_period)
         self.rule = RuleApplier(client, cpu_info_rule(options.vendors), backoff_max=options.backoff_max)
+        self.installer = ChartInstaller(options.install) if options.install is not None else None
         self.reconciled = 0  # reconcile rounds that wrote or checked something (for tests and logs)
         self._dirty: dict[str, float] = {}  # name -> not before (monotonic)
         self._wake = threading.Condition()
@@ -179,6 +184,8 @@ class Worker:
         if not leading:
             self._was_leading = False
             return 0
+        if self.installer is not None:
+            self.installer.start()  # once per process (a no-op after the first), never waited for
         if not self.synced:
             return 0  # never act on a cache that has not listed yet
         now = clock()
@@ -220,6 +227,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         self.rule.stop()
+        if self.installer is not None:
+            self.installer.stop()
         self.nodes.stop()
         self.devices.stop()
         self.elector.release()
