@@ -22,7 +22,7 @@ from gpustack_operator.verify import (
     host_view,
     label_manufacturer,
 )
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.conftest import host
@@ -245,3 +245,53 @@ def test_real_detection_documents(fixture: str) -> None:
     # the a100-mig node's partitioned cards never count towards the exclusive resource
     if fixture == "a100-mig":
         assert view.allocatable == {"nvidia.com/gpu": "4", "amd.com/gpu": "0"}
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+)
+KEYS = ["labels", "allocatable", "groups", "accelerators", "id", "manufacturer", "mode", "driverVersion",
+        "ownerReferences", "conditions", "kind", "name", "phase", "type", "status"]  # fmt: skip
+# JSON shaped like the objects read, with any value where a field should be
+SHAPED = st.recursive(
+    JSON,
+    lambda inner: st.dictionaries(st.sampled_from(KEYS), inner, max_size=4) | st.lists(inner, max_size=3),
+    max_leaves=16,
+)
+OBJECT = st.fixed_dictionaries({}, optional={"metadata": SHAPED, "spec": SHAPED, "status": SHAPED})
+# the Devices object: groups of any shape, each field any JSON, accelerators lists of objects of any shape
+FIELDS = st.dictionaries(st.sampled_from(KEYS), JSON, max_size=4)
+GROUPS = st.lists(FIELDS | st.fixed_dictionaries({"accelerators": JSON | st.lists(FIELDS, max_size=3)}), max_size=3)
+PART = st.fixed_dictionaries({}, optional={"groups": GROUPS | JSON}) | SHAPED
+DEVICES = st.fixed_dictionaries({}, optional={"metadata": SHAPED, "spec": PART, "status": PART})
+
+
+@example({}, {}, {"spec": {"groups": [{"accelerators": 5}]}, "status": {"groups": [{"accelerators": True}]}}, {})
+@example({"status": {"allocatable": 5}}, {"spec": {"labels": [1]}}, {"spec": [1]}, {"metadata": {"ownerReferences": 1}})
+@given(OBJECT, OBJECT, DEVICES, OBJECT)
+def test_any_answer_from_the_api_server_compares_without_a_traceback(
+    node: dict[str, Any], feature: dict[str, Any], devices: dict[str, Any], pod: dict[str, Any]
+) -> None:
+    from gpustack_operator.kube import clusterview
+
+    view = ClusterView("n1", pods=[])
+    for part, doc in (("Node", node), ("NodeFeature", feature), ("Devices", devices)):
+        clusterview._fill(view, part, doc)
+    if isinstance(pod.get("metadata"), dict):
+        pod["metadata"]["name"] = "gpustack-operator-device-manager-nvidia-x"
+    seen = clusterview._device_pod(pod)
+    view.pods = [seen] if seen else []
+    facts = {"node": {"labels": {}}, "manufacturers": {"nvidia": {"state": "detected"}},
+             "groups": [{"id": "g", "manufacturer": "nvidia", "driverVersion": "1", "accelerators": [card(0)]}]}  # fmt: skip
+    for difference in compare(facts, view):
+        assert difference.text and "\n" not in difference.text
+
+
+@given(JSON)
+def test_any_facts_are_a_host_view_or_one_clear_error(facts: Any) -> None:
+    try:
+        host_view(facts)
+    except FactsError as exc:
+        assert str(exc) and "\n" not in str(exc)

@@ -195,13 +195,19 @@ def compare_labels(host: HostView, cluster: Mapping[str, str]) -> list[Differenc
     return out
 
 
+def _cards(group: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A cluster group's accelerators that are objects (a hand-edited object may carry anything)."""
+    cards = group.get("accelerators")
+    return [c for c in cards if isinstance(c, Mapping)] if isinstance(cards, list) else []
+
+
 def _cluster_cards(groups: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
     """Accelerator id -> (manufacturer, group) over ``Devices`` spec or status groups."""
     out: dict[str, tuple[str, str]] = {}
     for group in groups:
         maker, gid = str(group.get("manufacturer") or ""), str(group.get("id") or "")
-        for card in group.get("accelerators") or ():
-            if isinstance(card, Mapping) and card.get("id"):
+        for card in _cards(group):
+            if card.get("id"):
                 out[str(card["id"])] = (maker, gid)
     return out
 
@@ -267,8 +273,8 @@ def compare_allocatable(
     held = {
         str(card.get("id"))
         for group in status or ()
-        for card in group.get("accelerators") or ()
-        if isinstance(card, Mapping) and str(card.get("mode") or "") in HELD_OTHERWISE
+        for card in _cards(group)
+        if str(card.get("mode") or "") in HELD_OTHERWISE
     }
     out: list[Difference] = []
     for maker in sorted(host.manufacturers):

@@ -136,8 +136,8 @@ def _device_pod(pod: Mapping[str, Any]) -> DevicePod | None:
     meta = _map(pod.get("metadata"))
     name = str(meta.get("name") or "")
     owner = ""
-    for ref in meta.get("ownerReferences") or ():
-        if isinstance(ref, Mapping) and ref.get("kind") == "DaemonSet":
+    for ref in _dicts(meta.get("ownerReferences")):
+        if ref.get("kind") == "DaemonSet":
             owner = str(ref.get("name") or "")
     if owner:
         if not owner.startswith(DAEMONSET_PREFIX):
@@ -145,10 +145,7 @@ def _device_pod(pod: Mapping[str, Any]) -> DevicePod | None:
     elif not name.startswith(DAEMONSET_PREFIX):
         return None
     status = _map(pod.get("status"))
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _dicts(status.get("conditions")))
     return DevicePod(name, str(meta.get("namespace") or ""), owner, str(status.get("phase") or "Unknown"), ready)
 
 
@@ -217,8 +214,14 @@ def _fill(view: ClusterView, part: str, doc: Mapping[str, Any]) -> None:
     elif part == "NodeFeature":
         view.node_feature_labels = _strings(spec.get("labels"))
     else:
-        view.devices_groups = _dicts(spec.get("groups"))
-        view.devices_status = _dicts(status.get("groups"))
+        view.devices_groups = _groups(spec.get("groups"))
+        view.devices_status = _groups(status.get("groups"))
+
+
+def _groups(value: Any) -> list[dict[str, Any]]:
+    """``Devices`` groups as plain JSON, each group's ``accelerators`` kept to its objects (whatever a
+    hand-edited or foreign object carries, the comparison only ever meets dicts and lists)."""
+    return [{**g, "accelerators": _dicts(g.get("accelerators"))} for g in _dicts(value)]
 
 
 __all__ = [
