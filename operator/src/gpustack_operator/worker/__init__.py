@@ -8,6 +8,8 @@ One file per part:
 * ``managed.py`` -- controller (b): the ``gpustack.ai/managed`` mark from a Node onto its ``Devices``;
 * ``devicesgc.py`` -- controller (c): a departed node's ``Devices`` deleted on an uncached read;
 * ``leader.py`` -- (d) leader election through a Lease;
+* ``install.py`` -- image mode: the packaged chart installed through ``helm`` (supplement §8);
+* ``memory.py`` -- glibc's mmap threshold pinned (a freed list page goes back to the system);
 * ``run.py`` -- the process: caches, the election, the controllers' loop, the stop;
 * ``cli.py`` -- the subcommand's flags.
 

@@ -28,7 +28,9 @@ DESCRIPTION = (
     "Run the cluster-side worker: at startup (every replica) apply the Devices CRD and the gpustack-cpu-info "
     "NodeFeatureRule (retried while NFD's CRD is absent); then, while holding the Lease, keep each Node's "
     "NodeFeature <node>-gpustack-worker carrying its general node key, copy the gpustack.ai/managed mark from "
-    "each Node onto its Devices, and delete a departed node's Devices. SIGTERM stops it and releases the Lease."
+    "each Node onto its Devices, and delete a departed node's Devices. Without * in --disable-applications "
+    "(image mode) the leader also installs the packaged chart through helm. SIGTERM stops it and releases the "
+    "Lease."
 )
 
 
