@@ -16,7 +16,7 @@ an addition); a list after a 410 reports the difference with what the cache held
 A list is read in pages (``limit``, then ``continue``, as client-go's reflector does; a server that
 does not page answers everything at once) and each page is decoded one item at a time, each item
 trimmed by ``keep`` before the next is decoded: the list's whole document never exists as Python
-objects, so listing 1,000 Nodes of ~13 KB each costs the page's text, not the ~100 MB of dicts a
+objects, so listing 1,000 Nodes of ~13 KB each costs the page's text, not the ~40 MiB of dicts a
 ``json.loads`` of the list would build (and leave the heap fragmented by, issue 19's 80 MiB). An expired
 ``continue`` token (410) lists again from the start.
 
