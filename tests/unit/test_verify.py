@@ -295,3 +295,13 @@ def test_any_facts_are_a_host_view_or_one_clear_error(facts: Any) -> None:
         host_view(facts)
     except FactsError as exc:
         assert str(exc) and "\n" not in str(exc)
+
+
+def test_cluster_text_never_splits_a_line() -> None:
+    facts = {"node": {"labels": {}}, "groups": [], "manufacturers": {"nvidia": {"state": "detected"}}}
+    view = ClusterView("n1", allocatable={"nvidia.com/gpu": "1\n2"})
+    view.devices_groups = [{"id": "g\x1b[31m", "manufacturer": "nvidia", "accelerators": [{"id": "GPU-1\nGPU-2"}]}]
+    assert texts(facts, view) == [
+        "Devices advertises GPU-1\\nGPU-2 (nvidia g\\x1b[31m) the host no longer has",
+        "allocatable nvidia.com/gpu '1\\n2' is not a quantity",
+    ]

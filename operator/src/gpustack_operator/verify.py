@@ -49,6 +49,13 @@ _VERSION_KEYS = {".driver-version": "driver", ".runtime-version": "runtime"}
 ORDER = ("unread", "absent", "unmeasured", "accelerator", "driver", "device-manager", "allocatable", "label")
 
 
+def said(value: object, limit: int = 200) -> str:
+    """A value from the host or the cluster as it goes into a line: control characters escaped (a
+    hand-edited object's newline never splits a difference in two), cut at ``limit`` characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value)[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class FactsError(ValueError):
     """The host facts are not a detection document (one line saying what is wrong)."""
 
@@ -183,15 +190,16 @@ def compare_labels(host: HostView, cluster: Mapping[str, str]) -> list[Differenc
         if mine == theirs:
             continue
         version = next((w for s, w in _VERSION_KEYS.items() if key.endswith(s)), None)
+        k, a, b = said(key), said(mine), said(theirs)
         if version and mine is not None and theirs is not None:
             maker = label_manufacturer(key) or "?"
-            out.append(Difference("driver", f"{maker} {version} {mine} on the host, {theirs} in the {NODE_FEATURE}"))
+            out.append(Difference("driver", f"{maker} {version} {a} on the host, {b} in the {NODE_FEATURE}"))
         elif theirs is None:
-            out.append(Difference("label", f"label {key}={mine} on the host is missing from the {NODE_FEATURE}"))
+            out.append(Difference("label", f"label {k}={a} on the host is missing from the {NODE_FEATURE}"))
         elif mine is None:
-            out.append(Difference("label", f"the {NODE_FEATURE} carry {key}={theirs}, which the host no longer gives"))
+            out.append(Difference("label", f"the {NODE_FEATURE} carry {k}={b}, which the host no longer gives"))
         else:
-            out.append(Difference("label", f"label {key} is {mine} on the host, {theirs} in the {NODE_FEATURE}"))
+            out.append(Difference("label", f"label {k} is {a} on the host, {b} in the {NODE_FEATURE}"))
     return out
 
 
@@ -223,23 +231,37 @@ def compare_devices(
     for card_id in sorted(set(mine) - set(theirs)):
         card = mine[card_id]
         out.append(
-            Difference("accelerator", f"{card_id} ({card.manufacturer} {card.group}) is on the host but not in Devices")
+            Difference(
+                "accelerator",
+                f"{said(card_id)} ({said(card.manufacturer)} {said(card.group)}) is on the host but not in Devices",
+            )
         )
     for card_id in sorted(set(theirs) - set(mine)):
         maker, gid = theirs[card_id]
-        out.append(Difference("accelerator", f"Devices advertises {card_id} ({maker} {gid}) the host no longer has"))
+        out.append(
+            Difference(
+                "accelerator", f"Devices advertises {said(card_id)} ({said(maker)} {said(gid)}) the host no longer has"
+            )
+        )
     for group in spec:
         key = (str(group.get("manufacturer") or ""), str(group.get("id") or ""))
         driver = group.get("driverVersion")
         if key in host.drivers and host.compared(key[0]) and driver and str(driver) != host.drivers[key]:
             out.append(
-                Difference("driver", f"{key[0]} {key[1]} driver {host.drivers[key]} on the host, {driver} in Devices")
+                Difference(
+                    "driver",
+                    f"{said(key[0])} {said(key[1])} driver {said(host.drivers[key])} on the host, "
+                    f"{said(driver)} in Devices",
+                )
             )
     tracked = {k: v for k, v in _cluster_cards(status or []).items() if host.compared(v[0])}
     for card_id in sorted(set(tracked) - set(mine) - set(theirs)):
         maker, gid = tracked[card_id]
         out.append(
-            Difference("accelerator", f"the Devices status tracks {card_id} ({maker} {gid}) the host no longer has")
+            Difference(
+                "accelerator",
+                f"the Devices status tracks {said(card_id)} ({said(maker)} {said(gid)}) the host no longer has",
+            )
         )
     return out
 
@@ -284,17 +306,17 @@ def compare_allocatable(
         usable = [c for c in host.cards if c.manufacturer == maker and c.healthy and not c.partitioning]
         expected = sum(1 for c in usable if c.id not in held)
         others = len(usable) - expected
-        said = f" ({others} of its {len(usable)} held shared or sliced)" if others else ""
+        held_note = f" ({others} of its {len(usable)} held shared or sliced)" if others else ""
         raw = allocatable.get(name)
         if raw is None:
             if expected:
-                out.append(Difference("allocatable", f"allocatable has no {name}, the host has {expected}{said}"))
+                out.append(Difference("allocatable", f"allocatable has no {name}, the host has {expected}{held_note}"))
             continue
         value = _quantity(raw)
         if value is None:
-            out.append(Difference("allocatable", f"allocatable {name} {raw!r} is not a quantity"))
+            out.append(Difference("allocatable", f"allocatable {name} {said(repr(raw))} is not a quantity"))
         elif value != expected:
-            out.append(Difference("allocatable", f"allocatable {name} {raw}, the host has {expected}{said}"))
+            out.append(Difference("allocatable", f"allocatable {name} {said(raw)}, the host has {expected}{held_note}"))
     return out
 
 
@@ -313,7 +335,9 @@ def compare_pods(host: HostView, pods: list[DevicePod]) -> list[Difference]:
                 )
             )
         elif not any(p.phase == "Running" and p.ready for p in mine):
-            words = ", ".join(f"{p.namespace}/{p.name} is {p.phase}{'' if p.ready else ', not ready'}" for p in mine)
+            words = ", ".join(
+                f"{said(p.namespace)}/{said(p.name)} is {said(p.phase)}{'' if p.ready else ', not ready'}" for p in mine
+            )
             out.append(Difference("device-manager", f"the device-manager pod is not serving: {words}"))
     return out
 
@@ -325,10 +349,16 @@ def compare(facts: Any, cluster: ClusterView, overrides: Mapping[str, str] | Non
     host = host_view(facts)
     out: list[Difference] = []
     for part, error in cluster.errors.items():  # in the order read: Node, NodeFeature, Devices, Pods
-        out.append(Difference("unread", f"the {part} of node {cluster.node} could not be read: {error}"))
+        out.append(
+            Difference("unread", f"the {part} of node {said(cluster.node)} could not be read: {said(error, 400)}")
+        )
     for maker, reason in sorted(host.unmeasured.items()):
         if maker in host.manufacturers:
-            out.append(Difference("unmeasured", f"{maker} could not be measured on the host ({reason}): not compared"))
+            out.append(
+                Difference(
+                    "unmeasured", f"{said(maker)} could not be measured on the host ({said(reason)}): not compared"
+                )
+            )
     cards = _count(c for c in host.cards if host.compared(c.manufacturer))
     if "Node" in cluster.absent:
         out.append(Difference("absent", f"node {cluster.node} is not in the cluster (no Node object)"))
