@@ -89,7 +89,9 @@ def inventory(tmp_path: Path) -> Path:
         hosts[name] = {"gpustack_host_root": str(host(fixture)), "gpustack_manufacturers": ["nvidia", "amd"]}
         if node != name:
             hosts[name]["gpustack_node_name"] = node
-    # and one host nobody answers for (a closed port on loopback): an error node, never a pass
+    # one whose detection fails (its root is not there), and one host nobody answers for (a closed
+    # port on loopback): error nodes, never a pass
+    hosts["broken-01"] = {"gpustack_host_root": str(tmp_path / "no-such-root")}
     hosts["gone-01"] = {
         "ansible_connection": "ssh",
         "ansible_host": "127.0.0.1",
@@ -149,22 +151,27 @@ def test_verify_role_reports_the_drift_and_fails_the_drifting_hosts(
     proc = run(ansible_env, tmp_path, cluster)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "cluster verify: 6 nodes, 2 ok, 3 drift, 1 error" in out, out[-4000:]
+    assert "cluster verify: 7 nodes, 2 ok, 3 drift, 2 error" in out, out[-4000:]
     recap = {
         h: (int(u), int(f))
         for h, u, f in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
     }
-    assert {h for h, (u, f) in recap.items() if u or f} == {"fallen-01", "upgraded-01", "nopod-01", "gone-01"}, out[
-        -4000:
-    ]
+    assert {h for h, (u, f) in recap.items() if u or f} == {
+        "fallen-01",
+        "upgraded-01",
+        "nopod-01",
+        "gone-01",
+        "broken-01",
+    }, out[-4000:]
     assert recap["gone-01"][1] == 1  # kept in the play (ignore_unreachable), failed by the verdict
     assert "changed=0" in out and not re.search(r"changed=[1-9]", out)
 
     (report,) = (tmp_path / "reports").glob("verify-*.yaml")
     doc = yaml.safe_load(report.read_text())
     nodes = {n["host"]: n for n in doc["nodes"]}
-    assert doc["summary"] == {"nodes": 6, "error": 1, "drift": 3, "ok": 2}
-    assert doc["nodes"][0]["host"] == "gone-01" and doc["nodes"][0]["error"].startswith("unreachable: ")
+    assert doc["summary"] == {"nodes": 7, "error": 2, "drift": 3, "ok": 2}
+    assert nodes["gone-01"]["status"] == "error" and nodes["gone-01"]["error"].startswith("unreachable: ")
+    assert nodes["broken-01"]["error"].startswith(f"accelerator_facts failed: host root '{tmp_path / 'no-such-root'}'")
     assert nodes["good-01"] == {"host": "good-01", "node": "node-good", "status": "ok"}
     assert nodes["cpu-01"]["status"] == "ok"
     fallen = [d["text"] for d in nodes["fallen-01"]["differences"]]
@@ -188,14 +195,14 @@ def test_verify_role_reports_the_drift_and_fails_the_drifting_hosts(
     )
 
     junit = ET.parse(report.with_suffix("").with_suffix(".junit.xml")).getroot()
-    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("6", "3", "1")
+    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("7", "3", "2")
     cases = {c.get("name"): c for c in junit.iter("testcase")}
     failure = cases["upgraded-01"].find("failure")
     assert failure is not None and failure.get("message") == "\n".join(upgraded)
     assert cases["good-01"].find("failure") is None
     page = report.with_suffix("").with_suffix(".html").read_text()
     assert f"Devices advertises {FALLEN} (nvidia l40s) the host no longer has" in page
-    assert "cluster verify: 6 nodes, 2 ok, 3 drift, 1 error" in page
+    assert "cluster verify: 7 nodes, 2 ok, 3 drift, 2 error" in page
 
 
 def test_verify_role_passes_matching_nodes_in_check_mode_and_names_an_api_server_it_cannot_read(
