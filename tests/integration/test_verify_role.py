@@ -106,19 +106,6 @@ def inventory(tmp_path: Path) -> Path:
     }
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(doc))
-    play = tmp_path / "verify.yml"
-    play.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Verify",
-                    "hosts": "all",
-                    "gather_facts": False,
-                    "roles": [{"role": "gpustack.accelerators.verify"}],
-                }
-            ]
-        )
-    )
     return path
 
 
@@ -128,7 +115,7 @@ def run(env: dict[str, str], tmp_path: Path, server: PublishStandIn, *args: str)
     return subprocess.run(
         [
             str(BIN / "ansible-playbook"),
-            str(tmp_path / "verify.yml"),
+            str(REPO / "playbooks" / "verify.yml"),
             "-i",
             str(inventory(tmp_path)),
             "-e",
