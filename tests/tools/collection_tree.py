@@ -10,7 +10,9 @@ works on a staging copy, laid out as ``ansible_collections/gpustack/accelerators
 3. ``tests/unit/`` <- ``tests/ansible_units/`` (the repository's ``tests/unit`` holds the package's
    pytest tests), so ``ansible-test units`` runs in the installed collection's standard layout;
 4. ``roles/install/files/gpustack_operator-<version>-py3-none-any.whl``, built here from ``operator/``
-   (``pip wheel --no-deps``): what the install role installs by default. Never committed.
+   (``pip wheel --no-deps``): what the install role installs by default. Never committed;
+5. ``roles/deploy/files/gpustack-operator/`` <- ``operator/chart/gpustack-operator`` (``operator/`` is
+   build-ignored): the chart the deploy role installs by default. Never committed (.gitignore).
 
 then ``ansible-galaxy collection build`` writes ``dist/gpustack-accelerators-<version>.tar.gz``.
 
@@ -48,6 +50,9 @@ COLLECTION_README = Path("docs") / "collection-README.md"
 UNITS = REPO / "tests" / "ansible_units"
 # where the install role looks for the wheel it installs by default (role_path/files)
 WHEEL_DIR = Path("roles") / "install" / "files"
+# the chart in the source tree, and where the deploy role looks for it (its default deploy_chart)
+CHART_SOURCE = Path("operator") / "chart" / "gpustack-operator"
+CHART_DIR = Path("roles") / "deploy" / "files" / "gpustack-operator"
 GET_PIP_STANDIN = Path(__file__).with_name("get_pip_standin.py")
 BIN = Path(sys.executable).parent
 
@@ -126,8 +131,8 @@ def wheel_version(wheel: Path) -> str:
 
 def stage(base: Path, wheel: Path | None, source: Path = REPO) -> Path:
     """The staging copy of ``source`` (this checkout, or an export of a commit) under
-    ``base/ansible_collections/gpustack/accelerators`` (made afresh); ``wheel`` None stages no wheel
-    (for the changelog, which needs only the plugins)."""
+    ``base/ansible_collections/gpustack/accelerators`` (made afresh); ``wheel`` None stages no wheel and no
+    chart (for the changelog, which needs only the plugins)."""
     tree = base / "ansible_collections" / "gpustack" / "accelerators"
     if tree.exists():
         shutil.rmtree(tree)
@@ -154,7 +159,21 @@ def stage(base: Path, wheel: Path | None, source: Path = REPO) -> Path:
             )
         (tree / WHEEL_DIR).mkdir(parents=True, exist_ok=True)
         shutil.copy2(wheel, tree / WHEEL_DIR / wheel.name)
+        stage_chart(tree, source)
     return tree
+
+
+def stage_chart(tree: Path, source: Path = REPO) -> Path:
+    """``operator/chart/gpustack-operator`` of ``source`` as the deploy role's default chart in ``tree``
+    (a copy a checkout may hold there, which .gitignore keeps out of git, is replaced)."""
+    chart = source / CHART_SOURCE
+    if not (chart / "Chart.yaml").is_file():
+        raise SystemExit(f"{chart} holds no Chart.yaml: the deploy role would carry no chart")
+    target = tree / CHART_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(chart, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=False)
+    return target
 
 
 @functools.cache
