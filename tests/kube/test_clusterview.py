@@ -176,3 +176,22 @@ def test_a_kubeconfig_context_is_honoured(tmp_path: Any) -> None:
     with pytest.raises(ClusterConfigError) as info:
         make_client(str(config), "c")
     assert "c" in str(info.value)
+
+
+def test_a_pod_the_chart_labelled_is_recognised_whatever_its_daemonset_is_called(server: PublishStandIn) -> None:
+    """fullnameOverride renames the DaemonSet (acme-device-manager-nvidia); the chart's labels still say
+    whose Device Manager the Pod is."""
+    pod = dm_pod("acme-device-manager-nvidia-x1", "node-a", owner="acme-device-manager-nvidia")
+    pod["metadata"]["labels"] = {
+        "app.kubernetes.io/name": "gpustack-operator",
+        "app.kubernetes.io/component": "device-manager-nvidia",
+        "gpustack.ai/manufacturer": "nvidia",
+    }
+    server.add_pod(pod)
+    publish(server)
+    view = read_cluster_view(make_client(server=server.url), "node-a", namespace=NS, timeout=5)
+    assert [(p.name, p.manufacturer, p.ready) for p in view.pods or []] == [
+        ("acme-device-manager-nvidia-x1", "nvidia", True)
+    ]
+    _result, facts = detection()
+    assert compare(facts, view) == []

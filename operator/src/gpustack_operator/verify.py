@@ -325,7 +325,7 @@ def compare_pods(host: HostView, pods: list[DevicePod]) -> list[Difference]:
     out: list[Difference] = []
     for maker in sorted({c.manufacturer for c in host.cards if host.compared(c.manufacturer)}):
         daemonset = DAEMONSET_PREFIX + maker
-        mine = [p for p in pods if p.daemonset == daemonset or (not p.daemonset and p.name.startswith(daemonset + "-"))]
+        mine = [p for p in pods if p.manufacturer == maker or p.daemonset == daemonset]
         count = _count(host.cards, maker)
         if not mine:
             out.append(
@@ -401,7 +401,7 @@ def agreeing_view(facts: Any, node: str, overrides: Mapping[str, str] | None = N
         if host.compared(m)
     }
     pods = [
-        DevicePod(f"{DAEMONSET_PREFIX}{m}-x", "gpustack-system", DAEMONSET_PREFIX + m, "Running", True)
+        DevicePod(f"{DAEMONSET_PREFIX}{m}-x", "gpustack-system", DAEMONSET_PREFIX + m, "Running", True, m)
         for m in sorted({c.manufacturer for c in host.cards})
     ]
     return ClusterView(

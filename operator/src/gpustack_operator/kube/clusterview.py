@@ -35,6 +35,11 @@ from gpustack_operator.kube.rest import NOT_FOUND, REQUEST_TIMEOUT, KubeRequestE
 
 # The Device Manager's DaemonSets: one per manufacturer (issue 19 "The chart"; spec "Stage 2").
 DAEMONSET_PREFIX = "gpustack-operator-device-manager-"
+# The chart's labels on a Device Manager Pod (operator/chart: gpustack-operator.labels)
+NAME_LABEL = "app.kubernetes.io/name"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT_PREFIX = "device-manager-"
+MANUFACTURER_LABEL = "gpustack.ai/manufacturer"
 MAX_PODS = 500  # a node runs at most a few hundred Pods; a list past this is cut (the read stays bounded)
 
 
@@ -51,6 +56,7 @@ class DevicePod:
     daemonset: str  # the owning DaemonSet's name ("" when none: matched by its name)
     phase: str
     ready: bool
+    manufacturer: str = ""  # whose Device Manager it is (its labels, else its DaemonSet's name)
 
 
 @dataclass
@@ -131,22 +137,30 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 
 
 def _device_pod(pod: Mapping[str, Any]) -> DevicePod | None:
-    """The Pod as a :class:`DevicePod` when it is the Device Manager's (owned by one of its DaemonSets,
-    or -- when it names no owner -- named after one), else ``None``."""
+    """The Pod as a :class:`DevicePod` when it is the Device Manager's, else ``None``: labelled as the
+    chart labels it (``app.kubernetes.io/name: gpustack-operator``, component ``device-manager-<m>``,
+    ``gpustack.ai/manufacturer: <m>`` -- whatever ``fullnameOverride`` made of the DaemonSet's name), or
+    owned by a DaemonSet ``gpustack-operator-device-manager-<m>``, or, naming no owner, named after one."""
     meta = _map(pod.get("metadata"))
     name = str(meta.get("name") or "")
+    labels = _strings(meta.get("labels"))
     owner = ""
     for ref in _dicts(meta.get("ownerReferences")):
         if ref.get("kind") == "DaemonSet":
             owner = str(ref.get("name") or "")
-    if owner:
-        if not owner.startswith(DAEMONSET_PREFIX):
-            return None
-    elif not name.startswith(DAEMONSET_PREFIX):
+    component = labels.get(COMPONENT_LABEL, "")
+    if labels.get(NAME_LABEL) == "gpustack-operator" and component.startswith(COMPONENT_PREFIX):
+        manufacturer = labels.get(MANUFACTURER_LABEL) or component[len(COMPONENT_PREFIX) :]
+    elif owner.startswith(DAEMONSET_PREFIX):
+        manufacturer = owner[len(DAEMONSET_PREFIX) :]
+    elif not owner and name.startswith(DAEMONSET_PREFIX):
+        manufacturer = name[len(DAEMONSET_PREFIX) :].rsplit("-", 1)[0]
+    else:
         return None
     status = _map(pod.get("status"))
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in _dicts(status.get("conditions")))
-    return DevicePod(name, str(meta.get("namespace") or ""), owner, str(status.get("phase") or "Unknown"), ready)
+    phase = str(status.get("phase") or "Unknown")
+    return DevicePod(name, str(meta.get("namespace") or ""), owner, phase, ready, manufacturer)
 
 
 def _get(client: kubernetes.client.ApiClient, path: str, timeout: float) -> dict[str, Any] | None:
