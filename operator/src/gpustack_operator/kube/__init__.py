@@ -1,6 +1,7 @@
 """The API-server edge: the only package that talks to the Kubernetes API server (through the
-official ``kubernetes`` client). It is imported by ``device-manager serve`` alone, so detect, preflight
-and the Ansible modules never load the client.
+official ``kubernetes`` client). It is imported by ``device-manager serve``, ``worker`` and, on the
+controller, the ``cluster_verify`` module (``kube/clusterview.py``); detect, preflight and the per-host
+Ansible modules never load the client.
 
 Importing it keeps the client lean. ``kubernetes/__init__.py`` imports every subpackage the library
 has -- the dynamic client, watch, stream (websocket), leader election, informers, and ``config``,
