@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# operator_image.sh - build the operator image from operator/Containerfile with this machine's podman and
+# print its name (docs/chart.md "The image"); with --docker-load, also load it into the dockerd that
+# DOCKER_HOST names (the suite's cluster runs its Pods there: tests/tools/kube_cluster.py).
+#
+# No registry is needed for the base: it is localhost/gpustack-molecule (tests/tools/podman_image.sh
+# makes it: Debian bookworm + a copied CPython 3.12 at /opt/python), given to the Containerfile as
+# PYTHON_IMAGE / PYTHON. The build itself needs PyPI (the wheel's build requirements, the dependencies):
+# it runs with --network host and the host's CA bundle bind-mounted for pip (PIP_CERT), so a
+# TLS-inspecting proxy the host trusts is trusted by the build too; nothing of it stays in the image.
+#
+# The image is tagged localhost/gpustack-operator-py:<version>-<recipe>, the recipe being a hash of every
+# file the build reads (Containerfile, pyproject.toml, setup.py, README.md, LICENSE, operator/src,
+# operator/proto), so an unchanged tree reuses the image and a changed one is built again (~2-3 min
+# cold on 2 cores; podman's layer cache keeps the dependency layers when only the package changed).
+# It is also tagged with the name the chart uses, gpustack/gpustack-operator-py:<version>.
+#
+# Needs root (podman as root). Output: the image name on stdout (last line); progress on stderr.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BASE=localhost/gpustack-molecule
+log() { echo "operator_image.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+load=0
+case "${1:-}" in
+  --docker-load) load=1 ;;
+  "") ;;
+  *) die "usage: $0 [--docker-load]  (--docker-load: into the dockerd of DOCKER_HOST)" ;;
+esac
+[ "$(id -u)" -eq 0 ] || die "needs root (podman as root)"
+command -v podman >/dev/null || die "podman is not installed (tests/tools/podman_image.sh installs it)"
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/tests/.build/podman/containers.conf}
+[ -f "$CONTAINERS_CONF" ] || die "no $CONTAINERS_CONF: run tests/tools/podman_image.sh first (it writes it and builds $BASE)"
+podman image exists "$BASE" || die "no base image $BASE: run tests/tools/podman_image.sh first"
+
+cd "$REPO"
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
+[ -n "$version" ] || die "no version in pyproject.toml"
+recipe=$(tar -c --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+  --exclude=__pycache__ --exclude='*_pb2*.py' --exclude='*_pb2*.pyi' --exclude='*.egg-info' \
+  operator/Containerfile pyproject.toml setup.py README.md LICENSE operator/src operator/proto \
+  | sha256sum | cut -c1-12)
+image=localhost/gpustack-operator-py:$version-$recipe
+if podman image exists "$image"; then
+  log "$image is current (recipe $recipe)"
+else
+  log "building $image (recipe $recipe) from operator/Containerfile on $BASE"
+  cert=/etc/ssl/certs/ca-certificates.crt
+  cert_args=()
+  if [ -f "$cert" ]; then
+    cert_args=(-v /etc/ssl/certs:/etc/ssl/host-certs:ro --build-arg PIP_CERT=/etc/ssl/host-certs/ca-certificates.crt)
+  fi
+  podman build --network host "${cert_args[@]}" \
+    --build-arg PYTHON_IMAGE="$BASE" --build-arg PYTHON=/opt/python/bin/python3 \
+    -f operator/Containerfile -t "$image" . >&2
+fi
+podman tag "$image" "gpustack/gpustack-operator-py:$version"
+if [ "$load" = 1 ]; then
+  [ -n "${DOCKER_HOST:-}" ] || die "--docker-load needs DOCKER_HOST (the cluster's dockerd socket)"
+  log "loading $image into $DOCKER_HOST"
+  podman save "$image" | docker load >&2
+  docker tag "$image" "gpustack/gpustack-operator-py:$version" >&2
+fi
+echo "$image"
