@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 from gpustack_operator import chart_values
+from gpustack_operator.settings import DEFAULT_PCI_CLASS_PREFIXES
 
 from tests.tools.helm import Helm, HelmUnavailableError, provide
 
@@ -403,6 +404,8 @@ def test_nfd_values_whitelist_the_accelerator_classes() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
     pci = values["node-feature-discovery"]["worker"]["config"]["sources"]["pci"]
     assert pci["deviceClassWhitelist"] == ["02", "03", "0b", "12"]
+    # supplement §4.3: the NFD whitelist and the Device Manager's own scan change together
+    assert pci["deviceClassWhitelist"] == list(DEFAULT_PCI_CLASS_PREFIXES)
     assert pci["deviceLabelFields"] == ["vendor"]
 
 

@@ -39,6 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpustack_operator.manufacturers import REGISTRY
+from gpustack_operator.settings import DEFAULT_PCI_CLASS_PREFIXES
 
 SCHEMA_FILE = "values.schema.json"
 DEFAULTS_TEMPLATE = "templates/_defaults.tpl"
@@ -47,8 +48,9 @@ DEFAULTS_TEMPLATE_NAME = "gpustack-operator.defaults"
 # Image: operator/Containerfile builds it; Chart.yaml's appVersion is the package version.
 IMAGE_REPOSITORY = "gpustack/gpustack-operator-py"
 
-# supplement §1.2 "Job 1": the PCI classes NFD labels (display, 3D, processor, accelerator).
-PCI_CLASS_WHITELIST = ["02", "03", "0b", "12"]
+# supplement §1.2 "Job 1": the PCI classes NFD labels (network, display, processor, accelerator) -- the
+# Device Manager's own default scan (settings.py), which supplement §4.3 says must change together with it.
+PCI_CLASS_WHITELIST = list(DEFAULT_PCI_CLASS_PREFIXES)
 
 # supplement §1.2: the user-space driver reaches a container only through the vendor runtime.
 RUNTIME_INJECTS_DRIVER = frozenset({"nvidia", "mthreads"})
