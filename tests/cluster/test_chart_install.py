@@ -141,12 +141,13 @@ NEEDED = {
         ("delete", "worker.gpustack.ai", "devices", ""),
         ("update", "nfd.k8s-sigs.io", "nodefeatures", NS),
         ("update", "coordination.k8s.io", "leases", NS),
-        ("create", "", "events", NS),
     ],
 }
 DENIED = {
     "device-manager": [
         ("delete", "", "pods", ""),
+        ("get", "", "pods", ""),  # the watch lists; no Pod is read alone
+        ("patch", "worker.gpustack.ai", "devices/status", ""),
         ("get", "", "secrets", NS),
         ("patch", "", "nodes", ""),
         ("delete", "worker.gpustack.ai", "devices", ""),
@@ -158,6 +159,8 @@ DENIED = {
         ("update", "", "nodes", ""),
         ("get", "", "secrets", NS),
         ("update", "coordination.k8s.io", "leases", "kube-system"),
+        ("update", "worker.gpustack.ai", "devices", ""),  # the managed mark is a patch
+        ("create", "", "events", NS),  # the worker writes no Events
         ("delete", "apiextensions.k8s.io", "customresourcedefinitions", ""),
     ],
 }

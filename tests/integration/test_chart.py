@@ -125,24 +125,17 @@ WORKER_ALLOWED = {
     *(("cluster", "apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "create", "update")),
     *(("cluster", "nfd.k8s-sigs.io", "nodefeaturerules", v) for v in ("get", "create", "update")),
     *(("cluster", "", "nodes", v) for v in ("get", "list", "watch")),
-    *(("cluster", "worker.gpustack.ai", "devices", v) for v in ("get", "list", "watch", "update", "patch", "delete")),
-    *(
-        (NAMESPACE, "nfd.k8s-sigs.io", "nodefeatures", v)
-        for v in ("get", "list", "watch", "create", "update", "delete")
-    ),
+    *(("cluster", "worker.gpustack.ai", "devices", v) for v in ("get", "list", "watch", "patch", "delete")),
+    *((NAMESPACE, "nfd.k8s-sigs.io", "nodefeatures", v) for v in ("get", "create", "update")),
     *((NAMESPACE, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
-    (NAMESPACE, "", "events", "create"),
 }
 DEVICE_MANAGER_ALLOWED = {
-    *(("cluster", "", "pods", v) for v in ("get", "list", "watch", "patch")),
+    *(("cluster", "", "pods", v) for v in ("list", "watch", "patch")),
     ("cluster", "", "nodes", "get"),
     ("cluster", "", "nodes/status", "patch"),
-    *(
-        ("cluster", "worker.gpustack.ai", resource, v)
-        for resource in ("devices", "devices/status")
-        for v in ("get", "create", "update", "patch")
-    ),
-    *((NAMESPACE, "nfd.k8s-sigs.io", "nodefeatures", v) for v in ("get", "create", "update", "patch")),
+    *(("cluster", "worker.gpustack.ai", "devices", v) for v in ("get", "create", "update")),
+    ("cluster", "worker.gpustack.ai", "devices/status", "update"),
+    *((NAMESPACE, "nfd.k8s-sigs.io", "nodefeatures", v) for v in ("get", "create", "update")),
 }
 
 
