@@ -82,7 +82,7 @@ def test_the_argument_spec_refuses_bad_values(tmp_path: Path, collections: Path)
     for name in ("deploy_wait", "pullPolicy", "deploy_manufacturers", "deploy_api_timeout", "deploy_values"):
         assert name in out, f"{name} not named:\n{out[-3000:]}"
     assert "Sometimes" in out and "Always, IfNotPresent, Never" in out, out[-3000:]
-    assert "Read NFD's CRDs" not in out  # refused before any task ran
+    assert "Read the API server's groups" not in out  # refused before any task ran
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_the_role_refuses_before_reaching_the_cluster(
 ) -> None:
     out = refused(run_role(tmp_path, variables, f"{collections}:{REPO / 'collections'}", check=True))
     assert words in " ".join(out.split()), out[-3000:]
-    assert "Read NFD's CRDs" not in out, out[-3000:]
+    assert "Read the API server's groups" not in out, out[-3000:]
 
 
 def test_without_kubernetes_core_names_how_to_get_it(tmp_path: Path) -> None:
