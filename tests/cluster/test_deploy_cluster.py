@@ -19,6 +19,9 @@ What it covers, in order (one module: each step starts from the state the previo
 5. A second run with the same variables: no change, the release still at revision 1.
 6. ``--check`` with a different value (the image tag): reported as a change, and nothing changed
    (revision 1, the Deployment's image as before).
+7. ``playbooks/deploy.yml`` over the cluster's node (its root a fixture without accelerators, the
+   preflight dry): preflight, the deploy (unchanged), verify (the node agrees: nothing on the host,
+   nothing published).
 
 Not covered here: ``--wait`` over workloads that become Ready (no runnable operator image in the
 cluster), and the Device Manager's DaemonSets on a cluster that allows privileged Pods.
@@ -97,11 +100,23 @@ def helm_env(work: Path) -> dict[str, str]:
     return env | {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
+def ansible_env(work: Path, collections: Path) -> dict[str, str]:
+    """This checkout's ansible.cfg, kubernetes.core from the machine cache beside this collection."""
+    (work / "home").mkdir(exist_ok=True)
+    return helm_env(work) | {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": f"{collections}:{REPO / 'collections'}",
+        "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "HOME": str(work / "home"),
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+    }
+
+
 def run_role(
     cluster: KubeCluster, helm: Path, collections: Path, work: Path, *, check: bool = False, **variables: Any
 ) -> subprocess.CompletedProcess[str]:
     """ansible-playbook over a play on localhost running the role with the test's variables."""
-    (work / "home").mkdir(exist_ok=True)
     play = work / "deploy.yml"
     play.write_text(
         yaml.safe_dump(
@@ -118,14 +133,7 @@ def run_role(
         "deploy_timeout": "2m0s",
     } | variables
     (work / "vars.json").write_text(json.dumps(extra))
-    env = helm_env(work) | {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": f"{collections}:{REPO / 'collections'}",
-        "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "HOME": str(work / "home"),
-        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
-    }
+    env = ansible_env(work, collections)
     argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(play), "-e", f"@{work / 'vars.json'}"]
     return subprocess.run(
         [*argv, *(["--check"] if check else [])], capture_output=True, text=True, env=env, timeout=300, check=False
@@ -133,7 +141,11 @@ def run_role(
 
 
 def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
-    match = re.search(r"^localhost\s+:\s+(.*)$", proc.stdout, re.MULTILINE)
+    return recap_of(proc, "localhost")
+
+
+def recap_of(proc: subprocess.CompletedProcess[str], host: str) -> dict[str, int]:
+    match = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", proc.stdout, re.MULTILINE)
     assert match, proc.stdout[-3000:] + proc.stderr[-2000:]
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match[1])}
 
@@ -288,3 +300,42 @@ def test_check_mode_with_a_change_changes_nothing(
     release = the_release(helm, kube_cluster, work)
     assert release is not None and release["revision"] == "1", release
     assert image_of_the_worker(client) == "localhost/pause:1"
+
+
+def test_the_deploy_playbook_preflights_deploys_and_verifies(
+    kube_cluster: KubeCluster, client: kubernetes.client.ApiClient, helm: Path, collections: Path, work: Path
+) -> None:
+    """playbooks/deploy.yml over one host -- the cluster's node, its root a fixture without accelerators
+    (the preflight dry: nothing written into the fixture) -- finds the release as the steps above left it
+    (unchanged, from this checkout's chart) and verifies the node: nothing on the host, nothing published."""
+    inventory = work / "fleet.yml"
+    node = {"gpustack_host_root": str(REPO / "tests/fixtures/hosts/cpu-only-vm"), "gpustack_manufacturers": ["nvidia"]}
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    inventory.write_text(yaml.safe_dump({"all": {"vars": local, "hosts": {kube_cluster.node_name: node}}}))
+    extra = DEPLOYABLE | {
+        "deploy_kubeconfig": str(kube_cluster.kubeconfig),
+        "deploy_helm_binary": str(helm),
+        "verify_kubeconfig": str(kube_cluster.kubeconfig),
+        "verify_report_dir": str(work / "reports"),
+        "preflight_report_dir": str(work / "reports"),
+        "preflight_dry_run": True,
+        "preflight_fail_on": "never",
+    }
+    (work / "fleet-vars.json").write_text(json.dumps(extra))
+    env = ansible_env(work, collections)
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks/deploy.yml")]
+    proc = subprocess.run(
+        [*argv, "-e", f"@{work / 'fleet-vars.json'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "Preflight every accelerator node" in out and "Does the cluster see what the hosts have?" in out
+    assert "release gpustack-operator in gpustack-system: unchanged, revision 1 deployed" in out, out[-4000:]
+    assert re.search(r"cluster verify: 1 nodes?, 1 ok, 0 drift, 0 error", out), out[-4000:]
+    assert recap_of(proc, kube_cluster.node_name)["failed"] == 0
+    assert sorted(p.suffix for p in (work / "reports").glob("verify-*")) == [".html", ".xml", ".yaml"]
