@@ -22,8 +22,9 @@ from urllib.parse import quote
 
 from gpustack_operator import api
 from gpustack_operator.discovery.detect import facts_document
+from gpustack_operator.kube import crds
 from gpustack_operator.kube.clusterview import DAEMONSET_PREFIX
-from gpustack_operator.kube.publish import Publisher
+from gpustack_operator.kube.publish import Publisher, device_manager_labels, devices_object, flavor_labels
 from gpustack_operator.kube.rest import MERGE_PATCH, KubeRequestError, request
 from gpustack_operator.ledger.models import DevicesGroup
 from gpustack_operator.verify import agreeing_view, host_view
@@ -95,7 +96,7 @@ def node_object(seed: NodeSeed) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": seed.node, "labels": {"kubernetes.io/os": "linux", "kubernetes.io/hostname": seed.node}},
-        "spec": {},
+        "spec": {"unschedulable": True},  # no kubelet runs it: nothing else is scheduled there
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
 
@@ -126,14 +127,46 @@ def dm_pod(seed: NodeSeed, manufacturer: str) -> dict[str, Any]:
     }
 
 
+class SeedError(RuntimeError):
+    """The API server refused an object of the fleet (the message names the node and the answer)."""
+
+
+def _published(publisher: Publisher, node: str) -> None:
+    if publisher.errors:
+        raise SeedError(f"publishing for {node} failed: {publisher.errors}")
+
+
 def seed_standin(server: Any, seeds: Iterable[NodeSeed], client: Any) -> None:
     """Into a :class:`tests.kube.routes_publish.PublishStandIn` (started; ``client`` reaches it)."""
     for seed in seeds:
         server.add_node(seed.node, capacity=node_object(seed)["status"]["capacity"])
         if seed.groups:
-            Publisher(client, seed.node, namespace=NS, timeout=10).publish(seed.groups, seed.interfaces, [])
+            publisher = Publisher(client, seed.node, namespace=NS, timeout=10)
+            publisher.publish(seed.groups, seed.interfaces, [])
+            _published(publisher, seed.node)
         for maker in seed.manufacturers:
             server.add_pod(dm_pod(seed, maker))
+
+
+def without_empty(value: Any) -> Any:
+    """``value`` with every null or empty-string member of an object dropped, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_empty(v) for k, v in value.items() if v is not None and v != ""}
+    if isinstance(value, list):
+        return [without_empty(v) for v in value]
+    return value
+
+
+def devices_for_api(seed: NodeSeed, node: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's ``Devices`` as the Publisher builds it, its empty strings dropped: Kubernetes 1.20.2's
+    CRD validation refuses ``""`` in a ``type: string`` field as ``Invalid value: "null"`` (go-openapi
+    takes a zero value for null unless the schema says ``nullable``), and the models write ``""`` for an
+    unknown value -- an interface's PCI ids, RDMA device and affinities (h100-sxm-8x, mi300x-8x,
+    mixed-nvidia-mellanox), an accelerator's ``topology.numaAffinity`` (rtx4090). The comparison reads
+    none of them. (What a Device Manager publishes on such a node is refused there as is.)"""
+    body = devices_object(seed.node, seed.groups, seed.interfaces, [], flavor_labels(seed.groups, node))
+    body.pop("status", None)
+    return without_empty(body)  # type: ignore[no-any-return]
 
 
 def _post(client: Any, path: str, body: dict[str, Any], attempts: int = 60) -> None:
@@ -162,8 +195,9 @@ def mark_pods_ready(client: Any, seeds: Iterable[NodeSeed]) -> None:
 
 def seed_api(client: Any, seeds: Iterable[NodeSeed]) -> None:
     """Into a real API server over REST (its NodeFeature and Devices CRDs established, namespace ``NS``
-    made): each Node (its status written through the status subresource too), the Publisher's objects,
-    the Pods (their status patched: creation resets it)."""
+    made): each Node (its status written through the status subresource too), the Publisher's
+    NodeFeature, the Devices (:func:`devices_for_api`), the Pods (their status patched: creation resets
+    it)."""
     seeds = list(seeds)
     for seed in seeds:
         node = node_object(seed)
@@ -171,7 +205,10 @@ def seed_api(client: Any, seeds: Iterable[NodeSeed]) -> None:
         path = f"/api/v1/nodes/{quote(seed.node, safe='')}/status"
         request(client, "PATCH", path, body={"status": node["status"]}, content_type=MERGE_PATCH)
         if seed.groups:
-            Publisher(client, seed.node, namespace=NS, timeout=10).publish(seed.groups, seed.interfaces, [])
+            publisher = Publisher(client, seed.node, namespace=NS, timeout=10)
+            publisher.publish_node_feature(device_manager_labels(seed.groups, seed.interfaces))
+            _published(publisher, seed.node)
+            _post(client, f"/apis/{crds.API_VERSION}/{crds.PLURAL}", devices_for_api(seed, node))
         for maker in seed.manufacturers:
             _post(client, f"/api/v1/namespaces/{NS}/pods", dm_pod(seed, maker))
     mark_pods_ready(client, seeds)
@@ -181,6 +218,8 @@ __all__ = [
     "HEALTHY_FIXTURES",
     "NS",
     "NodeSeed",
+    "SeedError",
+    "devices_for_api",
     "dm_pod",
     "fleet_hosts",
     "fleet_seeds",
@@ -188,4 +227,5 @@ __all__ = [
     "node_object",
     "seed_api",
     "seed_standin",
+    "without_empty",
 ]
