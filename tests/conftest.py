@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from tests.tools.kube_cluster import KubeCluster
 
 # Hypothesis profiles for the parsers of host and user input (issue 8, "hostile input"):
 #   ci       -- what `make test` runs: a few hundred examples per parser, no deadline (CI timing noise);
@@ -100,6 +105,24 @@ def make_enterable(root: Path) -> Path:
     if not (root / "bin/sh").exists():
         shutil.copy2(shell, root / "bin/sh")
     return root
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """The one-node cluster (tests/tools/kube_cluster.py), started once per session for whatever needs it
+    -- tests/cluster/ and the molecule scenarios of tests/integration/test_molecule.py. Only one can run
+    on a machine (the kubelet's ports are fixed), so every user shares this one. Skips only where the
+    machine cannot run it (``cannot_run``); a cluster that does not come up is an error with its logs."""
+    from tests.tools.kube_cluster import KubeCluster, cannot_run
+
+    reason = cannot_run()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = KubeCluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """Fixtures for the tests against a real API server and a real kubelet (tests/tools/kube_cluster.py;
 docs/testing-kube-local.md).
 
-``kube_cluster`` starts the one-node cluster once per session (~18-35 s) for every test here. It skips
-only where the machine genuinely cannot run it (not root, no unshare/nsenter, no mount namespace); a
-cluster that fails to start is a test error carrying the components' log tails.
+``kube_cluster`` (tests/conftest.py, shared with tests/integration/test_molecule.py) starts the one-node
+cluster once per session (~18-35 s). It skips only where the machine genuinely cannot run it (not root,
+no unshare/nsenter, no mount namespace); a cluster that fails to start is a test error carrying the
+components' log tails.
 """
 
 from __future__ import annotations
@@ -18,19 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN
-from tests.tools.kube_cluster import KubeCluster, cannot_run
-
-
-@pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[KubeCluster]:
-    reason = cannot_run()
-    if reason is not None:
-        pytest.skip(reason)
-    cluster = KubeCluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+from tests.tools.kube_cluster import KubeCluster
 
 
 def _no_pods_left(cluster: KubeCluster) -> bool:
