@@ -9,6 +9,12 @@ containers.conf; the containers.podman collection; the image localhost/gpustack-
 side. The scenarios run side by side (each has its own build and ephemeral directory, and its
 containers carry this checkout's run id) to keep the whole module to a few minutes; every scenario's
 output is kept in tests/.build/molecule/logs/.
+
+Two scenarios start no container: ``verify`` and ``deploy`` run their roles on the controller against the
+suite's real API server -- the session's ``kube_cluster`` (tests/conftest.py; only one can run on a
+machine, so they share the one tests/cluster/ started, or start it here), whose kubeconfig they get in
+``GPUSTACK_TEST_KUBECONFIG``, with kubernetes.core's collections directory in
+``GPUSTACK_TEST_KUBERNETES_CORE`` (tests/tools/kubernetes_core.py) for ``deploy``.
 """
 
 from __future__ import annotations
@@ -27,10 +33,16 @@ from typing import IO
 import pytest
 
 from tests.conftest import BIN, REPO
+from tests.tools.kube_cluster import KubeCluster
+from tests.tools.kubernetes_core import FETCH_FAILED, KubernetesCoreError
+from tests.tools.kubernetes_core import provide as kubernetes_core
 
 pytestmark = pytest.mark.ansible
 
-SCENARIOS = ("preflight", "install", "driver_modes", "preload_libraries")
+SCENARIOS = ("preflight", "install", "driver_modes", "preload_libraries", "verify", "deploy")
+# the scenarios that run against the session's cluster (extensions/molecule/shared/cluster.py)
+CLUSTER_SCENARIOS = ("verify", "deploy")
+NOT_RUN: dict[str, str] = {}  # scenario -> why this machine cannot run it (a skip, never a pass)
 SCENARIO_DIR = REPO / "extensions" / "molecule"
 # every action of the scenarios' test_sequence that must run and succeed
 ACTIONS = ("destroy", "create", "prepare", "converge", "idempotence", "check", "verify")
@@ -86,10 +98,32 @@ def molecule_env() -> dict[str, str]:
     return env
 
 
-def scenario_env(env: dict[str, str], scenario: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def cluster_env(kube_cluster: KubeCluster) -> dict[str, str]:
+    """What the cluster scenarios are given (after molecule_env stripped every GPUSTACK_*): the session
+    cluster's kubeconfig, and kubernetes.core for the deploy role (fetched once per machine)."""
+    env = {
+        "GPUSTACK_TEST_KUBECONFIG": str(kube_cluster.kubeconfig),
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    try:
+        env["GPUSTACK_TEST_KUBERNETES_CORE"] = str(kubernetes_core())
+    except KubernetesCoreError as exc:
+        if exc.code != FETCH_FAILED:
+            raise
+        NOT_RUN["deploy"] = f"kubernetes.core could not be fetched: {exc}"
+    return env
+
+
+def scenario_env(env: dict[str, str], scenario: str, cluster: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` with the scenario's own ephemeral directory under tests/.build (molecule's default is
-    keyed by the checkout's basename only: two checkouts called alike would share it)."""
-    return dict(env, MOLECULE_EPHEMERAL_DIRECTORY=str(REPO / "tests" / ".build" / "molecule" / scenario / "ephemeral"))
+    keyed by the checkout's basename only: two checkouts called alike would share it), and for a
+    cluster scenario ``cluster`` (cluster_env)."""
+    out = dict(env, MOLECULE_EPHEMERAL_DIRECTORY=str(REPO / "tests" / ".build" / "molecule" / scenario / "ephemeral"))
+    if scenario in CLUSTER_SCENARIOS:
+        out.update(cluster or {})
+    return out
 
 
 def left_behind(env: dict[str, str]) -> dict[str, str]:
@@ -130,17 +164,19 @@ def timestamped(stream: IO[bytes], log: Path, t0: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(molecule_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, float]]]:
+def runs(molecule_env: dict[str, str], cluster_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, float]]]:
     """``molecule test -s <scenario>`` for every scenario, side by side: scenario -> (exit status,
     output, seconds)."""
     LOGS.mkdir(parents=True, exist_ok=True)
     started: dict[str, tuple[subprocess.Popen[bytes], threading.Thread, float]] = {}
     for scenario in SCENARIOS:
+        if scenario in NOT_RUN:
+            continue
         t0 = time.monotonic()
         proc = subprocess.Popen(
             [str(BIN / "molecule"), "test", "-s", scenario],
             cwd=REPO,
-            env=scenario_env(molecule_env, scenario),
+            env=scenario_env(molecule_env, scenario, cluster_env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -173,7 +209,7 @@ def runs(molecule_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, flo
             subprocess.run(
                 [str(BIN / "molecule"), "destroy", "-s", scenario],
                 cwd=REPO,
-                env=scenario_env(molecule_env, scenario),
+                env=scenario_env(molecule_env, scenario, cluster_env),
                 capture_output=True,
                 timeout=300,
                 check=False,
@@ -182,6 +218,8 @@ def runs(molecule_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, flo
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_scenario(runs: dict[str, tuple[int, str, float]], scenario: str) -> None:
+    if scenario in NOT_RUN:
+        pytest.skip(NOT_RUN[scenario])
     rc, output, _ = runs[scenario]
     tail = output[-6000:]
     assert rc == 0, f"molecule test -s {scenario} exited {rc} (log: {LOGS / scenario}.log)\n{tail}"
