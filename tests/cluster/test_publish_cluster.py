@@ -175,6 +175,31 @@ def test_the_real_api_server_stores_what_serve_writes_unpruned(
     assert {a["mode"] for g in after["status"]["groups"] for a in g["accelerators"]} == {"free"}
 
 
+@pytest.mark.parametrize("fixture", ["h100-sxm-8x", "rtx4090", "mixed-nvidia-mellanox"])
+def test_unknown_values_are_left_out_so_the_real_api_server_takes_the_object(
+    cluster: KubeCluster, client: kubernetes.client.ApiClient, fixture: str
+) -> None:
+    """Nodes whose detection has unknown values (``""``: an interface without a PCI id or RDMA device,
+    an accelerator without a NUMA node): kube-apiserver 1.20.2 as built here refuses ``""`` in a
+    string field as ``null``, so the writer leaves those fields out -- the models read them back as
+    ``""`` -- and the object is stored unpruned, its status with it."""
+    result = api.run_detect(api.make_request(str(host(fixture)), None))
+    publisher = Publisher(client, cluster.node_name, namespace=NS)
+    status = Ledger.of(result.groups[0].manufacturer, result.groups).status(result.groups)
+    assert publisher.publish(result.groups, result.interfaces, status) == (Outcome.WROTE, Outcome.WROTE), (
+        publisher.errors
+    )
+    stored = request(client, "GET", f"/apis/worker.gpustack.ai/v1alpha1/devices/{cluster.node_name}")
+    written = publisher._devices.last
+    assert written is not None and stored["spec"] == written["spec"] and stored["status"] == written["status"]
+    # what is read back is what was detected, the unknowns "" again
+    assert crds.DevicesSpec.model_validate(stored["spec"]) == crds.DevicesSpec(
+        groups=list(result.groups),
+        interfaces=list(result.interfaces.interfaces) if hasattr(result.interfaces, "interfaces") else None,
+    )
+    request(client, "DELETE", f"/apis/worker.gpustack.ai/v1alpha1/devices/{cluster.node_name}")
+
+
 def test_the_real_api_server_refuses_an_object_outside_the_schema(
     cluster: KubeCluster, client: kubernetes.client.ApiClient, detected: tuple[Any, Any]
 ) -> None:

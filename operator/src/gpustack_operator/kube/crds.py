@@ -81,6 +81,30 @@ class DevicesStatus(CamelModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json", exclude=exclude)
 
 
+def without_empty_strings(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` as written to the API server: every optional string field whose value is ``""`` left
+    out (recursively, following ``schema``, a structural ``openAPIV3Schema``).
+
+    The models say "unknown" with ``""`` (an interface's ``pciBusId`` or ``rdmaDevice``, an
+    accelerator's ``numaAffinity``) and read an absent field back as ``""``, so leaving it out says the
+    same. A kube-apiserver whose OpenAPI validator takes a zero value for ``null`` (the suite's
+    kube-local 1.20.2 built from Debian's source does: ``Invalid value: "null": ... must be of type
+    string``) refuses the whole object otherwise. A required field is kept as it is; list items are
+    kept (a list's length is its meaning)."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        required = set(schema.get("required") or ())
+        return {
+            k: without_empty_strings(v, props.get(k) or {})
+            for k, v in value.items()
+            if not (v == "" and k not in required)
+        }
+    if isinstance(value, list):
+        items = schema.get("items") or {}
+        return [without_empty_strings(v, items) for v in value]
+    return value
+
+
 class SchemaError(ValueError):
     """A model whose JSON schema has no structural OpenAPI form (a bug in a model, named)."""
 

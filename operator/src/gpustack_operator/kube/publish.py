@@ -41,6 +41,7 @@ Usage (what ``serve``'s loop calls once the first pass may be published -- see d
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -143,13 +144,22 @@ def devices_object(
     else:
         listed = list(interfaces)
     spec = crds.DevicesSpec(groups=list(groups), interfaces=listed)
+    schema = _devices_schema()
     return {
         "apiVersion": crds.API_VERSION,
         "kind": crds.KIND,
         "metadata": {"name": node, "labels": dict(labels)},
-        "spec": spec.wire(),
-        "status": crds.DevicesStatus(groups=list(status)).wire(),
+        "spec": crds.without_empty_strings(spec.wire(), schema["properties"]["spec"]),
+        "status": crds.without_empty_strings(
+            crds.DevicesStatus(groups=list(status)).wire(), schema["properties"]["status"]
+        ),
     }
+
+
+@functools.cache
+def _devices_schema() -> dict[str, Any]:
+    """The ``Devices`` CRD's schema, generated once per process."""
+    return crds.openapi_schema()
 
 
 @dataclass
