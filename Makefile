@@ -81,6 +81,8 @@ bench: $(STAMP) stubs
 	"$(BIN)/python" bench/ansible_bench.py
 	"$(BIN)/python" bench/allocate_bench.py
 	"$(BIN)/python" bench/probe_bench.py
+	"$(BIN)/python" bench/worker_bench.py
+	"$(BIN)/python" bench/deploy_bench.py
 
 clean:
 	rm -rf "$(VENV)" reports tests/.build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis
