@@ -163,30 +163,51 @@ def timestamped(stream: IO[bytes], log: Path, t0: float) -> None:
             out.flush()
 
 
+def start(scenario: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], threading.Thread, float]:
+    """``molecule test -s <scenario>`` in the background, its output copied into its log."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [str(BIN / "molecule"), "test", "-s", scenario],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    copier = threading.Thread(target=timestamped, args=(proc.stdout, LOGS / f"{scenario}.log", t0), daemon=True)
+    copier.start()
+    return proc, copier, t0
+
+
+def the_cluster(request: pytest.FixtureRequest) -> dict[str, str]:
+    """cluster_env, or {} with every cluster scenario in NOT_RUN when this machine cannot run the
+    cluster (kube_cluster skips): the podman scenarios still run."""
+    try:
+        env: dict[str, str] = request.getfixturevalue("cluster_env")
+    except pytest.skip.Exception as exc:
+        NOT_RUN.update(dict.fromkeys(CLUSTER_SCENARIOS, f"no cluster to run against: {exc}"))
+        return {}
+    return env
+
+
 @pytest.fixture(scope="module")
-def runs(molecule_env: dict[str, str], cluster_env: dict[str, str]) -> Iterator[dict[str, tuple[int, str, float]]]:
+def runs(molecule_env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[dict[str, tuple[int, str, float]]]:
     """``molecule test -s <scenario>`` for every scenario, side by side: scenario -> (exit status,
-    output, seconds)."""
+    output, seconds). The podman scenarios start first; the cluster scenarios once the session's
+    cluster is there (started meanwhile, when tests/cluster did not start it already)."""
     LOGS.mkdir(parents=True, exist_ok=True)
     started: dict[str, tuple[subprocess.Popen[bytes], threading.Thread, float]] = {}
-    for scenario in SCENARIOS:
-        if scenario in NOT_RUN:
-            continue
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [str(BIN / "molecule"), "test", "-s", scenario],
-            cwd=REPO,
-            env=scenario_env(molecule_env, scenario, cluster_env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        assert proc.stdout is not None
-        copier = threading.Thread(target=timestamped, args=(proc.stdout, LOGS / f"{scenario}.log", t0), daemon=True)
-        copier.start()
-        started[scenario] = (proc, copier, t0)
+    cluster: dict[str, str] = {}
     results: dict[str, tuple[int, str, float]] = {}
     try:
+        for scenario in SCENARIOS:
+            if scenario not in CLUSTER_SCENARIOS:
+                started[scenario] = start(scenario, scenario_env(molecule_env, scenario))
+        cluster = the_cluster(request)
+        for scenario in CLUSTER_SCENARIOS:
+            if scenario not in NOT_RUN:
+                started[scenario] = start(scenario, scenario_env(molecule_env, scenario, cluster))
         deadline = time.monotonic() + TIMEOUT
         while len(results) < len(started) and time.monotonic() < deadline:
             for scenario, (proc, copier, t0) in started.items():
@@ -200,16 +221,19 @@ def runs(molecule_env: dict[str, str], cluster_env: dict[str, str]) -> Iterator[
         (LOGS / "seconds.txt").write_text("".join(f"{s} {r[2]:.0f}\n" for s, r in sorted(results.items())))
         yield results
     finally:
-        for proc, _, _ in started.values():
+        unfinished = set()
+        for scenario, (proc, _, _) in started.items():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        # a scenario that died half way must not leave its container behind
-        for scenario in sorted(set(left_behind(molecule_env).values()) & set(SCENARIOS)):
+                unfinished.add(scenario)
+        # a scenario that died half way must not leave its container, or its objects in the cluster, behind
+        left = set(left_behind(molecule_env).values()) | (unfinished & set(CLUSTER_SCENARIOS))
+        for scenario in sorted(left & set(SCENARIOS)):
             subprocess.run(
                 [str(BIN / "molecule"), "destroy", "-s", scenario],
                 cwd=REPO,
-                env=scenario_env(molecule_env, scenario, cluster_env),
+                env=scenario_env(molecule_env, scenario, cluster),
                 capture_output=True,
                 timeout=300,
                 check=False,
