@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -21,8 +20,6 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 APPLICATIONS = ("kueue", "node-feature-discovery", "csi-driver-nfs", "csi-driver-s3", "device-manager", "model-manager")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 DESCRIPTION = (
     "Run the cluster-side worker: at startup (every replica) apply the Devices CRD and the gpustack-cpu-info "
@@ -35,22 +32,15 @@ DESCRIPTION = (
 
 
 def parse_duration(value: str) -> float:
-    """A Go duration (``15s``, ``1m30s``, ``500ms``) or plain seconds, as seconds (> 0)."""
-    text = value.strip()
+    """A Go duration (``15s``, ``1m30s``, ``500ms``) or plain seconds, as seconds: the Device Manager's
+    own parser (``deviceplugin/manager.py``: positive, finite, at most a week), as an argparse type."""
+    from gpustack_operator.deviceplugin.manager import ManagerUsageError  # noqa: PLC0415
+    from gpustack_operator.deviceplugin.manager import parse_duration as parse  # noqa: PLC0415
+
     try:
-        seconds = float(text)
-    except ValueError:
-        pos, seconds = 0, 0.0
-        for match in _DURATION.finditer(text):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if pos != len(text) or not text:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a duration; use e.g. 15s, 1m30s or 500ms") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r}: a duration must be more than zero")
-    return seconds
+        return parse(value, "duration")
+    except ManagerUsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("duration ")) from None
 
 
 def _bool(value: str) -> bool:
