@@ -39,7 +39,7 @@ import kubernetes.client
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from gpustack_operator.kube.rest import REQUEST_TIMEOUT
+from gpustack_operator.kube.rest import REQUEST_TIMEOUT, meta_field
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +64,11 @@ class WatchFailedError(Exception):
 
 
 def _name(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    name = meta.get("name") if isinstance(meta, dict) else None
-    return name if isinstance(name, str) else ""
+    return meta_field(obj, "name")
 
 
 def _version(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    value = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    return value if isinstance(value, str) else ""
+    return meta_field(obj, "resourceVersion")
 
 
 class ObjectWatch:

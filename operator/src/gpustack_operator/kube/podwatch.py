@@ -47,6 +47,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack_operator.allocator.pods import PodSpec, PodsUnavailableError
 from gpustack_operator.kube.pods import LIST_TIMEOUT, POD_LIST_PATH, KubeConfigError, PodParseError, pod_from_json
+from gpustack_operator.kube.rest import meta_field
 
 log = logging.getLogger(__name__)
 
@@ -420,15 +421,11 @@ class _QuickEndError(Exception):
 
 
 def _item_rv(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    value = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    return value if isinstance(value, str) else ""
+    return meta_field(obj, "resourceVersion")
 
 
 def _item_uid(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    value = meta.get("uid") if isinstance(meta, dict) else None
-    return value if isinstance(value, str) else ""
+    return meta_field(obj, "uid")
 
 
 def _status_of(body: bytes, status: int, reason: str | None) -> tuple[int, str]:

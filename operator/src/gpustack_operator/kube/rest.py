@@ -90,6 +90,13 @@ def request(
     return doc
 
 
+def meta_field(obj: Any, key: str) -> str:
+    """``obj.metadata.<key>`` when it is a string, else ``""`` (whatever shape the API server sent)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    value = meta.get(key) if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else ""
+
+
 def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
     """An ownerReference to a Node object as read from the API server (its name and uid), so what
     carries it is garbage-collected with the Node."""
@@ -104,4 +111,13 @@ def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["CONFLICT", "MERGE_PATCH", "NOT_FOUND", "REQUEST_TIMEOUT", "KubeRequestError", "owner_reference", "request"]
+__all__ = [
+    "CONFLICT",
+    "MERGE_PATCH",
+    "NOT_FOUND",
+    "REQUEST_TIMEOUT",
+    "KubeRequestError",
+    "meta_field",
+    "owner_reference",
+    "request",
+]
