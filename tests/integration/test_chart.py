@@ -393,6 +393,47 @@ def test_env_switches_reach_every_device_manager(helm: Helm) -> None:
     assert worker["securityContext"]["runAsNonRoot"] is True
 
 
+def test_host_network_and_extras_reach_both_workloads(helm: Helm, tmp_path: Path) -> None:
+    """hostNetwork, extraArgs and extraEnv on the worker and every Device Manager; extraVolumes and
+    extraVolumeMounts on every Device Manager -- each after the chart's own, none by default."""
+    values = {
+        "worker": {
+            "hostNetwork": True,
+            "extraArgs": ["--kube-conn-qps=50"],
+            "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}],
+        },
+        "deviceManager": {
+            "hostNetwork": True,
+            "extraArgs": ["--detect-root=/node"],
+            "extraEnv": [{"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}],
+            "extraVolumes": [{"name": "node", "hostPath": {"path": "/srv/node", "type": "Directory"}}],
+            "extraVolumeMounts": [{"name": "node", "mountPath": "/node", "readOnly": True}],
+        },
+    }
+    (tmp_path / "extras.yaml").write_text(yaml.safe_dump(values))
+    docs = template(helm, "--values", str(tmp_path / "extras.yaml"))
+    worker = by_kind(docs, "Deployment")["gpustack-operator-worker"]["spec"]["template"]["spec"]
+    assert worker["hostNetwork"] is True and worker["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert worker["containers"][0]["args"][-1] == "--kube-conn-qps=50"
+    assert worker["containers"][0]["env"][-1] == {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}
+    daemonsets = by_kind(docs, "DaemonSet")
+    assert len(daemonsets) == 9
+    for ds in daemonsets.values():
+        spec = ds["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert container["args"][-1] == "--detect-root=/node"
+        assert container["env"][-1] == {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}
+        assert spec["volumes"][-1] == values["deviceManager"]["extraVolumes"][0]
+        assert container["volumeMounts"][-1] == values["deviceManager"]["extraVolumeMounts"][0]
+    defaults = template(helm)
+    for workload in [*by_kind(defaults, "DaemonSet").values(), *by_kind(defaults, "Deployment").values()]:
+        spec = workload["spec"]["template"]["spec"]
+        assert "hostNetwork" not in spec and "dnsPolicy" not in spec
+        names = {v["name"] for v in spec["volumes"]}
+        assert "node" not in names
+
+
 def test_nfd_values_whitelist_the_accelerator_classes() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
     pci = values["node-feature-discovery"]["worker"]["config"]["sources"]["pci"]

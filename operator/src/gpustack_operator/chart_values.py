@@ -148,6 +148,20 @@ class PodValues(_Values):
     tolerations: list[KubeObject] | None = Field(default_factory=list)
     priority_class_name: str | None = Field("", alias="priorityClassName")
     verbosity: int | None = Field(2, ge=0, le=10, description="klog -v")
+    host_network: bool | None = Field(
+        False,
+        alias="hostNetwork",
+        description="run in the node's network namespace (dnsPolicy ClusterFirstWithHostNet); for clusters "
+        "without a pod network -- the Device Manager's probe port is then the node's",
+    )
+    extra_args: list[str] | None = Field(
+        default_factory=list, alias="extraArgs", description="more command-line flags, after the chart's own"
+    )
+    extra_env: list[KubeObject] | None = Field(
+        default_factory=list,
+        alias="extraEnv",
+        description="more container variables (Kubernetes EnvVar objects), after the chart's own",
+    )
 
 
 class WorkerValues(PodValues):
@@ -188,6 +202,14 @@ class DeviceManagerValues(PodValues):
         default_factory=lambda: {"privileged": True, "runAsUser": 0},
         alias="securityContext",
         description="the device-manager container's securityContext (root and privileged: docs/chart.md)",
+    )
+    extra_volumes: list[KubeObject] | None = Field(
+        default_factory=list, alias="extraVolumes", description="more Pod volumes (Kubernetes Volume objects)"
+    )
+    extra_volume_mounts: list[KubeObject] | None = Field(
+        default_factory=list,
+        alias="extraVolumeMounts",
+        description="more device-manager container mounts (Kubernetes VolumeMount objects)",
     )
 
 
