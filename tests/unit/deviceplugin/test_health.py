@@ -1,4 +1,4 @@
-"""``/readyz`` and ``/livez`` (deviceplugin/health.py) over real HTTPS on 127.0.0.1, an ephemeral port,
+"""``/readyz`` and ``/livez`` (health.py) over real HTTPS on 127.0.0.1, an ephemeral port,
 a certificate generated for the test and verified by the client (nothing faked but the probe answers)."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 from gpustack_operator import api
-from gpustack_operator.deviceplugin.health import (
+from gpustack_operator.deviceplugin.manager import DeviceManager, ManagerOptions
+from gpustack_operator.health import (
     CERT_FILE,
     KEY_FILE,
     HealthServer,
     HealthUsageError,
     generate_self_signed,
 )
-from gpustack_operator.deviceplugin.manager import DeviceManager, ManagerOptions
 
 from tests.conftest import host
 

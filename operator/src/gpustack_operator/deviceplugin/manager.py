@@ -29,7 +29,7 @@ published (``kube/nodestatus.py``, ``kube/publish.py``) through the injected ``c
 re-registers its Node zeroes extended resources; an object deleted behind our back). A failed sync or
 publish is logged and tried again on the next period; it is never fatal.
 
-Readiness (``/readyz``, ``deviceplugin/health.py``): the first accepted pass is synced and published and
+Readiness (``/readyz``, ``health.py``): the first accepted pass is synced and published and
 the plugins are registered (serve tells the manager how to ask, :meth:`set_registered_check`).
 Liveness (``/livez``): the loop thread is alive and has completed a pass within 3 periods.
 

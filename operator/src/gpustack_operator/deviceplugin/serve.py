@@ -1,7 +1,7 @@
 """``gpustack-operator device-manager serve``: the detection loop, the plugin servers, the health endpoint.
 
 ``serve`` starts the detection loop (:class:`~gpustack_operator.deviceplugin.manager.DeviceManager`,
-``--monitor-period``) and ``/readyz`` / ``/livez`` over HTTPS (``deviceplugin/health.py``,
+``--monitor-period``) and ``/readyz`` / ``/livez`` over HTTPS (``health.py``,
 ``--bind-address:--secure-port``) and runs until SIGTERM or SIGINT; it never exits because nothing was
 found. When a pass first detects a manufacturer with accelerators (:meth:`Wiring.on_detected`), one
 :class:`~gpustack_operator.allocator.core.Allocator` is built for it -- every one sharing the node-wide
@@ -407,7 +407,7 @@ class Wiring:
 def _serve(
     req: api.Request, opts: ServeOptions, cluster: Cluster, stop: threading.Event | None, mopts: ManagerOptions
 ) -> int:
-    from gpustack_operator.deviceplugin.health import HealthServer, HealthUsageError  # noqa: PLC0415
+    from gpustack_operator.health import HealthServer, HealthUsageError  # noqa: PLC0415
 
     stop = stop or threading.Event()
     wiring = Wiring(req, opts, cluster, stop, mopts)
@@ -424,6 +424,7 @@ def _serve(
     manager.set_registered_check(wiring.registered)
     health = HealthServer(
         manager,
+        name="gpustack-operator-device-manager",
         bind_address=mopts.bind_address,
         port=mopts.secure_port,
         cert_dir=mopts.cert_dir,

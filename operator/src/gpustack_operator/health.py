@@ -1,13 +1,15 @@
-"""``/readyz`` and ``/livez`` over HTTPS on ``--bind-address:--secure-port`` (supplement §3.5).
+"""``/readyz`` and ``/livez`` over HTTPS on ``--bind-address:--secure-port``: the Device Manager's
+(supplement §3.5) and the worker's (§3.3), one server for both.
 
-:class:`HealthServer` answers two paths from a :class:`HealthSource` (the detection loop,
-``deviceplugin/manager.py``):
+:class:`HealthServer` answers two paths from a :class:`HealthSource` -- the Device Manager's detection
+loop (``deviceplugin/manager.py``) or the worker (``worker/run.py``); each says what live and ready mean:
 
-* ``GET /livez`` -- 200 ``ok`` while the loop is alive (its thread runs and it completed a pass within 3
-  periods), else 503 with the reason;
-* ``GET /readyz`` -- 200 ``ok`` once the first pass is published and the plugins registered, else 503 with
-  the reason (held back by fast-failed, not published yet, not registered yet);
+* ``GET /livez`` -- 200 ``ok`` while the source says it is alive, else 503 with its reason;
+* ``GET /readyz`` -- 200 ``ok`` once the source says it is ready, else 503 with its reason;
 * anything else 404, a method other than GET/HEAD 405.
+
+``name`` (the component: ``gpustack-operator-device-manager``, ``gpustack-operator-worker``) is the
+generated certificate's common name and the ``Server`` header.
 
 TLS with ``tls.crt`` / ``tls.key`` from ``--cert-dir``. When the directory holds neither, a self-signed
 pair is generated into it (with the ``cryptography`` package; without it a clear error names the remedy);
@@ -43,7 +45,7 @@ KEY_FILE = "tls.key"
 TIMEOUT = 5.0
 MAX_CONNECTIONS = 16
 CERT_DAYS = 365
-COMMON_NAME = "gpustack-operator-device-manager"
+DEFAULT_NAME = "gpustack-operator"  # each component passes its own name
 
 
 class HealthUsageError(ValueError):
@@ -59,9 +61,9 @@ class HealthSource(Protocol):
 # -- certificates -----------------------------------------------------------------------------------
 
 
-def generate_self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]:
-    """Write a self-signed EC P-256 pair (``tls.crt``, ``tls.key`` 0600) valid for ``hosts`` (IP
-    addresses and DNS names) into ``directory``. Raises :class:`HealthUsageError` when the
+def generate_self_signed(directory: Path, hosts: list[str], common_name: str = DEFAULT_NAME) -> tuple[Path, Path]:
+    """Write a self-signed EC P-256 pair (``tls.crt``, ``tls.key`` 0600) for ``common_name``, valid for
+    ``hosts`` (IP addresses and DNS names), into ``directory``. Raises :class:`HealthUsageError` when the
     ``cryptography`` package is missing or the directory cannot be written."""
     try:
         from cryptography import x509  # noqa: PLC0415 -- optional: only for a generated pair
@@ -75,7 +77,7 @@ def generate_self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]
             "install cryptography"
         ) from None
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, COMMON_NAME)])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     sans: list[x509.GeneralName] = []
     for host in dict.fromkeys(hosts):
         try:
@@ -120,7 +122,7 @@ def generate_self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]
     return crt, pem_key
 
 
-def tls_context(cert_dir: Path, hosts: list[str]) -> ssl.SSLContext:
+def tls_context(cert_dir: Path, hosts: list[str], common_name: str = DEFAULT_NAME) -> ssl.SSLContext:
     """The server context from ``cert_dir`` (a pair generated there when it holds neither file)."""
     if cert_dir.exists() and not cert_dir.is_dir():
         raise HealthUsageError(
@@ -129,7 +131,7 @@ def tls_context(cert_dir: Path, hosts: list[str]) -> ssl.SSLContext:
     crt, key = cert_dir / CERT_FILE, cert_dir / KEY_FILE
     have = [p.exists() for p in (crt, key)]
     if not any(have):
-        generate_self_signed(cert_dir, hosts)
+        generate_self_signed(cert_dir, hosts, common_name)
     elif not all(have):
         present, missing = (crt, key) if have[0] else (key, crt)
         raise HealthUsageError(
@@ -155,8 +157,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = TIMEOUT  # the socket timeout of each read and write (the server sets it per connection too)
     protocol_version = "HTTP/1.1"
-    server_version = "gpustack-operator-device-manager"
     sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server.name  # the Server header: the component
 
     def _answer(self, head_only: bool) -> None:
         path = self.path.split("?", 1)[0]
@@ -204,8 +208,16 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, address: tuple[str, int], context: ssl.SSLContext, source: HealthSource, timeout: float, limit: int
+        self,
+        address: tuple[str, int],
+        context: ssl.SSLContext,
+        source: HealthSource,
+        timeout: float,
+        limit: int,
+        *,
+        name: str = DEFAULT_NAME,
     ) -> None:
+        self.name = name
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.context = context
         self.source = source
@@ -256,6 +268,7 @@ class HealthServer:
         self,
         source: HealthSource,
         *,
+        name: str = DEFAULT_NAME,
         bind_address: str = "0.0.0.0",
         port: int = 32443,
         cert_dir: str | None = None,
@@ -264,6 +277,7 @@ class HealthServer:
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.source = source
+        self.name = name
         self.bind_address = bind_address
         self.requested_port = port
         self.cert_dir = cert_dir
@@ -277,7 +291,7 @@ class HealthServer:
     def _cert_dir(self) -> Path:
         if self.cert_dir is not None:
             return Path(self.cert_dir)
-        self._private_dir = tempfile.mkdtemp(prefix="gpustack-dm-certs-")
+        self._private_dir = tempfile.mkdtemp(prefix=f"{self.name}-certs-")
         return Path(self._private_dir)
 
     def start(self) -> None:
@@ -285,10 +299,15 @@ class HealthServer:
         if self.bind_address not in ("0.0.0.0", "::"):
             hosts.append(self.bind_address)
         try:
-            context = tls_context(self._cert_dir(), hosts)
+            context = tls_context(self._cert_dir(), hosts, self.name)
             try:
                 self._server = _Server(
-                    (self.bind_address, self.requested_port), context, self.source, self.timeout, self.max_connections
+                    (self.bind_address, self.requested_port),
+                    context,
+                    self.source,
+                    self.timeout,
+                    self.max_connections,
+                    name=self.name,
                 )
             except OSError as exc:
                 raise HealthUsageError(
@@ -330,6 +349,7 @@ class HealthServer:
 
 __all__ = [
     "CERT_FILE",
+    "DEFAULT_NAME",
     "KEY_FILE",
     "HealthServer",
     "HealthSource",
