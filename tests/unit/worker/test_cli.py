@@ -75,7 +75,7 @@ def test_a_worker_process_runs_and_stops_on_sigterm(api: WorkerStandIn) -> None:
     env["KUBERNETES_POD_NAMESPACE"] = "gpustack-system"
     env["KUBERNETES_POD_NAME"] = "worker-0"
     proc = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, "worker", "--kube-api-server", api.url],
+        [sys.executable, "-c", ENTRY, "worker", "--kube-api-server", api.url, "--secure-port=0"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

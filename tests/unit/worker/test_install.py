@@ -227,7 +227,8 @@ def test_the_leader_installs_once(
 def _worker_process(api: WorkerStandIn, tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
     env = {**os.environ, "KUBERNETES_POD_NAMESPACE": NS, "GPUSTACK_DEVICE_PLUGIN_IDENTIFY_BY_KUBELET": "false"}
     argv = [str(BIN / "gpustack-operator"), "worker", "--kube-api-server", api.url, "--helm-binary"]
-    argv += [str(tmp_path / "helm"), "--chart", "/charts/x.tgz", "--kube-leader-election=false", *flags]
+    argv += [str(tmp_path / "helm"), "--chart", "/charts/x.tgz", "--kube-leader-election=false", "--secure-port=0"]
+    argv += flags
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -1,7 +1,11 @@
-"""``gpustack-operator worker`` -- its flags (supplement §3.3, the ones this worker acts on) and its run.
+"""``gpustack-operator worker`` -- its flags (supplement §3.3) and its run.
 
 Without ``*`` in ``--disable-applications`` the worker is in image mode (supplement §8) and installs its
-packaged chart through ``helm`` (``--helm-binary``, ``--chart``; worker/install.py).
+packaged chart through ``helm`` (``--helm-binary``, ``--chart``; worker/install.py). ``/readyz`` and
+``/livez`` are served over HTTPS on ``--bind-address:--secure-port`` (``health.py``, the Device Manager's
+server; what they mean: ``worker/run.py``). The API client honours ``--kube-conn-qps``/``-burst``/``-timeout``
+(``worker/client.py``). The flags of the reference's worker API, which is not served here, are accepted,
+validated and have no effect (``worker/apiflags.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpustack_operator.worker.run import Worker
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +34,9 @@ DESCRIPTION = (
     "NodeFeature <node>-gpustack-worker carrying its general node key, copy the gpustack.ai/managed mark from "
     "each Node onto its Devices, and delete a departed node's Devices. Without * in --disable-applications "
     "(image mode) the leader also installs the packaged chart through helm. SIGTERM stops it and releases the "
-    "Lease."
+    "Lease. /readyz and /livez are served over HTTPS on --bind-address:--secure-port."
 )
+HEALTH_NAME = "gpustack-operator-worker"  # the health endpoint's certificate CN and Server header
 
 
 def parse_duration(value: str) -> float:
@@ -122,20 +130,83 @@ def add_parser(top: Any, add_logging: Callable[[argparse.ArgumentParser], None])
         metavar="DURATION",
         help="how often every cached name is reconciled again (default 1h)",
     )
+    _add_serving_flags(p)
+    from gpustack_operator.worker.apiflags import add_flags  # noqa: PLC0415
+
+    add_flags(p, _bool)
     add_logging(p)
+
+
+def _add_serving_flags(p: argparse.ArgumentParser) -> None:
+    """The health endpoint's and the API client's flags, with ``device-manager serve``'s parsers."""
+    from gpustack_operator.cli import (  # noqa: PLC0415 -- loaded: it is building this parser
+        _bind_address_arg,
+        _duration_arg,
+        _port_arg,
+        _positive_arg,
+    )
+
+    p.add_argument(
+        "--secure-port",
+        type=_port_arg,
+        default=31443,
+        metavar="PORT",
+        help="the HTTPS port of /readyz and /livez (default 31443; 0: any free port, logged)",
+    )
+    p.add_argument(
+        "--bind-address",
+        type=_bind_address_arg,
+        default="0.0.0.0",
+        metavar="IP",
+        help="the address /readyz and /livez are served on (default 0.0.0.0)",
+    )
+    p.add_argument(
+        "--cert-dir",
+        type=_cert_dir,
+        metavar="DIR",
+        help="the directory holding tls.crt and tls.key for /readyz and /livez (neither there: a self-signed pair "
+        "is generated into it; not given: into a private temporary directory)",
+    )
+    p.add_argument(
+        "--kube-conn-qps",
+        type=_positive_arg("--kube-conn-qps", float),
+        default=200.0,
+        metavar="QPS",
+        help="API-server requests per second the worker allows itself (default 200)",
+    )
+    p.add_argument(
+        "--kube-conn-burst",
+        type=_positive_arg("--kube-conn-burst", int),
+        default=400,
+        metavar="N",
+        help="API-server requests allowed in a burst (default 400)",
+    )
+    p.add_argument(
+        "--kube-conn-timeout",
+        type=_duration_arg("--kube-conn-timeout"),
+        default=300.0,
+        metavar="DURATION",
+        help="the API-server request timeout (default 5m; each request of the worker uses at most 10s)",
+    )
+
+
+def _cert_dir(value: str) -> str:
+    if not value.strip() or "\0" in value:
+        raise argparse.ArgumentTypeError("is empty: name the directory holding tls.crt and tls.key")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     """The worker until SIGTERM/SIGINT; 0 on a clean stop, 1 when it could not start, 2 on bad input."""
-    from gpustack_operator.kube.pods import KubeConfigError, make_api_client  # noqa: PLC0415 -- the client
+    from gpustack_operator.kube.pods import KubeConfigError  # noqa: PLC0415 -- the client
     from gpustack_operator.kube.publish import system_namespace  # noqa: PLC0415
     from gpustack_operator.manufacturers import UnknownManufacturerError, parse_manufacturers  # noqa: PLC0415
     from gpustack_operator.settings import SettingsError  # noqa: PLC0415
+    from gpustack_operator.worker.client import make_worker_client  # noqa: PLC0415
     from gpustack_operator.worker.install import plan_install  # noqa: PLC0415
     from gpustack_operator.worker.memory import pin_mmap_threshold  # noqa: PLC0415
     from gpustack_operator.worker.rule import managed_vendors  # noqa: PLC0415
     from gpustack_operator.worker.run import Worker, WorkerOptions  # noqa: PLC0415
-    from gpustack_operator.worker.startup import StartupError  # noqa: PLC0415
 
     if args.kube_leader_renew_timeout >= args.kube_leader_lease:
         print(
@@ -149,7 +220,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return 2
     try:
-        client = make_api_client(args.kubeconfig, args.kube_api_server)
+        client = make_worker_client(
+            args.kubeconfig,
+            args.kube_api_server,
+            qps=args.kube_conn_qps,
+            burst=int(args.kube_conn_burst),
+            conn_timeout=args.kube_conn_timeout,
+        )
     except KubeConfigError as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return 2
@@ -177,6 +254,45 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     worker = Worker(client, options)
+    _log_unserved(args)
+    return _serve(worker, args)
+
+
+def _log_unserved(args: argparse.Namespace) -> None:
+    """Once: the flags of the API not served here have no effect (a warning when one was given)."""
+    from gpustack_operator.worker.apiflags import given, unserved_note  # noqa: PLC0415
+
+    log.log(logging.WARNING if given(args) else logging.INFO, "%s", unserved_note(args))
+
+
+def _serve(worker: Worker, args: argparse.Namespace) -> int:
+    """The health endpoint, then the worker until a signal; the endpoint is stopped last."""
+    from gpustack_operator.health import HealthServer, HealthUsageError  # noqa: PLC0415
+
+    health = HealthServer(
+        worker,
+        name=HEALTH_NAME,
+        bind_address=args.bind_address,
+        port=args.secure_port,
+        cert_dir=args.cert_dir,
+        hosts=[socket.gethostname()],
+    )
+    try:
+        health.start()
+    except HealthUsageError as exc:
+        print(f"gpustack-operator: error: {exc}", file=sys.stderr)
+        return 2
+    if args.secure_port == 0:  # the chosen port is shown at every verbosity: nothing else tells it
+        log.warning("--secure-port 0: /readyz and /livez are served on https://%s:%d", args.bind_address, health.port)
+    try:
+        return _run_worker(worker)
+    finally:
+        health.stop()
+
+
+def _run_worker(worker: Worker) -> int:
+    from gpustack_operator.worker.startup import StartupError  # noqa: PLC0415
+
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -16,6 +16,10 @@
   fails for a name (an API error) keeps that name dirty and retries it after ``retry_delay``.
 
 :meth:`Worker.stop` (SIGTERM) ends the loop, stops the watches and releases the Lease.
+
+Health (:meth:`Worker.live`, :meth:`Worker.ready`, served as ``/livez`` and ``/readyz`` by ``health.py``):
+alive until the loop has been told to stop; ready once startup applied the CRDs and both caches have
+listed -- on every replica, leading or not (a standby is ready to take over).
 """
 
 from __future__ import annotations
@@ -136,12 +140,14 @@ class Worker:
         self._stop = threading.Event()
         self._was_leading = False
         self._next_resync = 0.0
+        self._crds_applied = threading.Event()
 
     # -- startup -----------------------------------------------------------------------------------
 
     def start(self) -> Worker:
         """The startup steps, then the watches (raises ``StartupError`` when the CRDs cannot be applied)."""
         apply_crds(self.client, [crds.devices_crd()])
+        self._crds_applied.set()
         self.rule.start()
         self.nodes.subscribe(self._changed)
         self.devices.subscribe(self._changed)
@@ -158,6 +164,24 @@ class Worker:
             for name in names:
                 self._dirty[name] = min(self._dirty.get(name, at), at)
             self._wake.notify_all()
+
+    # -- health (health.HealthSource) ---------------------------------------------------------------
+
+    def live(self) -> tuple[bool, str]:
+        """``/livez``: the process is alive and its loop has not been told to stop."""
+        if self._stop.is_set():
+            return False, "the worker is stopping"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``: startup applied the CRDs and both caches have listed (the reason when not)."""
+        if not self._crds_applied.is_set():
+            return False, "startup has not applied the CustomResourceDefinitions yet"
+        for what, watch in (("Nodes", self.nodes), ("Devices", self.devices)):
+            if not watch.synced:
+                why = f" ({watch.last_error})" if watch.last_error else ""
+                return False, f"the {what} cache has not listed yet{why}"
+        return True, "ok"
 
     # -- the loop ----------------------------------------------------------------------------------
 
