@@ -9,7 +9,9 @@ loop (``deviceplugin/manager.py``) or the worker (``worker/run.py``); each says 
 * anything else 404, a method other than GET/HEAD 405.
 
 ``name`` (the component: ``gpustack-operator-device-manager``, ``gpustack-operator-worker``) is the
-generated certificate's common name and the ``Server`` header.
+generated certificate's common name and the ``Server`` header. ``generate_in_child`` writes a generated
+pair from a child process (:func:`generate_in_child`: the worker, whose memory is bounded, never imports
+``cryptography``).
 
 TLS with ``tls.crt`` / ``tls.key`` from ``--cert-dir``. When the directory holds neither, a self-signed
 pair is generated into it (with the ``cryptography`` package; without it a clear error names the remedy);
@@ -32,6 +34,8 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +69,53 @@ def generate_self_signed(directory: Path, hosts: list[str], common_name: str = D
     """Write a self-signed EC P-256 pair (``tls.crt``, ``tls.key`` 0600) for ``common_name``, valid for
     ``hosts`` (IP addresses and DNS names), into ``directory``. Raises :class:`HealthUsageError` when the
     ``cryptography`` package is missing or the directory cannot be written."""
+    pair = _write_pair(directory, hosts, common_name)
+    _log_generated(directory)
+    return pair
+
+
+# Run by generate_in_child: the pair written in a child process, its error as one line on stderr.
+_CHILD = """
+import sys
+from pathlib import Path
+from gpustack_operator.health import HealthUsageError, _write_pair
+try:
+    _write_pair(Path(sys.argv[1]), sys.argv[3:], sys.argv[2])
+except HealthUsageError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(2)
+"""
+CHILD_TIMEOUT = 60.0
+
+
+def generate_in_child(directory: Path, hosts: list[str], common_name: str = DEFAULT_NAME) -> tuple[Path, Path]:
+    """:func:`generate_self_signed` in a child Python process, so that this process never imports
+    ``cryptography`` (~11 MiB of resident memory that would stay for the process's life); the same
+    errors, as :class:`HealthUsageError`."""
+    argv = [sys.executable, "-P", "-c", _CHILD, str(directory), common_name, *hosts]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise HealthUsageError(f"--cert-dir {directory}: a self-signed pair could not be generated ({exc})") from None
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise HealthUsageError(
+            lines[-1] if lines else f"--cert-dir {directory}: generating a self-signed pair exited {proc.returncode}"
+        )
+    _log_generated(directory)
+    return directory / CERT_FILE, directory / KEY_FILE
+
+
+def _log_generated(directory: Path) -> None:
+    log.warning(
+        "no %s/%s in %s: serving /readyz and /livez with a self-signed pair generated there",
+        CERT_FILE,
+        KEY_FILE,
+        directory,
+    )
+
+
+def _write_pair(directory: Path, hosts: list[str], common_name: str) -> tuple[Path, Path]:
     try:
         from cryptography import x509  # noqa: PLC0415 -- optional: only for a generated pair
         from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
@@ -113,17 +164,14 @@ def generate_self_signed(directory: Path, hosts: list[str], common_name: str = D
             f"--cert-dir {directory}: a self-signed pair could not be written ({exc.strerror or exc}): give a "
             f"writable directory, or one holding {CERT_FILE} and {KEY_FILE}"
         ) from None
-    log.warning(
-        "no %s/%s in %s: serving /readyz and /livez with a self-signed pair generated there",
-        CERT_FILE,
-        KEY_FILE,
-        directory,
-    )
     return crt, pem_key
 
 
-def tls_context(cert_dir: Path, hosts: list[str], common_name: str = DEFAULT_NAME) -> ssl.SSLContext:
-    """The server context from ``cert_dir`` (a pair generated there when it holds neither file)."""
+def tls_context(
+    cert_dir: Path, hosts: list[str], common_name: str = DEFAULT_NAME, *, in_child: bool = False
+) -> ssl.SSLContext:
+    """The server context from ``cert_dir`` (a pair generated there when it holds neither file; by a
+    child process with ``in_child``, :func:`generate_in_child`)."""
     if cert_dir.exists() and not cert_dir.is_dir():
         raise HealthUsageError(
             f"--cert-dir {cert_dir} is not a directory: name the directory holding {CERT_FILE} and {KEY_FILE}"
@@ -131,7 +179,7 @@ def tls_context(cert_dir: Path, hosts: list[str], common_name: str = DEFAULT_NAM
     crt, key = cert_dir / CERT_FILE, cert_dir / KEY_FILE
     have = [p.exists() for p in (crt, key)]
     if not any(have):
-        generate_self_signed(cert_dir, hosts, common_name)
+        (generate_in_child if in_child else generate_self_signed)(cert_dir, hosts, common_name)
     elif not all(have):
         present, missing = (crt, key) if have[0] else (key, crt)
         raise HealthUsageError(
@@ -269,6 +317,7 @@ class HealthServer:
         source: HealthSource,
         *,
         name: str = DEFAULT_NAME,
+        generate_in_child: bool = False,
         bind_address: str = "0.0.0.0",
         port: int = 32443,
         cert_dir: str | None = None,
@@ -278,6 +327,7 @@ class HealthServer:
     ) -> None:
         self.source = source
         self.name = name
+        self.generate_in_child = generate_in_child  # a generated pair: written by a child process
         self.bind_address = bind_address
         self.requested_port = port
         self.cert_dir = cert_dir
@@ -299,7 +349,7 @@ class HealthServer:
         if self.bind_address not in ("0.0.0.0", "::"):
             hosts.append(self.bind_address)
         try:
-            context = tls_context(self._cert_dir(), hosts, self.name)
+            context = tls_context(self._cert_dir(), hosts, self.name, in_child=self.generate_in_child)
             try:
                 self._server = _Server(
                     (self.bind_address, self.requested_port),
@@ -354,6 +404,7 @@ __all__ = [
     "HealthServer",
     "HealthSource",
     "HealthUsageError",
+    "generate_in_child",
     "generate_self_signed",
     "tls_context",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 from gpustack_operator.cli import build_parser, main
-from gpustack_operator.health import CERT_FILE, HealthServer
+from gpustack_operator.health import CERT_FILE, HealthServer, HealthUsageError, generate_in_child
 from gpustack_operator.kube.pods import KubeConfigError
 from gpustack_operator.kube.rest import KubeRequestError, request
 from gpustack_operator.settings import PciVendorMatch
@@ -290,7 +290,9 @@ def test_the_worker_process_serves_health_on_a_free_port(api: WorkerStandIn, tmp
             )
         )
         assert port != 0
-        assert get(port, tmp_path, "/livez") == (200, "ok")
+        assert get(port, tmp_path, "/livez") == (200, "ok")  # the generated certificate verifies
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert "/cryptography/" not in maps  # the pair was written by a child: its ~11 MiB never loaded here
         wait_for(lambda: get(port, tmp_path, "/readyz") == (200, "ok"))
         assert get(port, tmp_path, "/metrics")[0] == 404
         proc.send_signal(signal.SIGTERM)
@@ -313,3 +315,13 @@ def test_a_port_in_use_exits_2_naming_the_flags(api: WorkerStandIn, capsys: pyte
     err = capsys.readouterr().err
     assert f"--secure-port {port} could not be bound" in err and "Traceback" not in err
     assert api.count("POST") == 0  # nothing started: the CRDs are applied only after the endpoint is up
+
+
+def test_a_pair_the_child_cannot_write_is_a_usage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(HealthUsageError, match=r"--cert-dir .*/file/certs: a self-signed pair could not be written"):
+        generate_in_child(blocker / "certs", ["localhost"])
+    crt, key = generate_in_child(tmp_path / "certs", ["localhost", "127.0.0.1"], "gpustack-operator-worker")
+    assert crt.read_text().startswith("-----BEGIN CERTIFICATE-----")
+    assert key.stat().st_mode & 0o777 == 0o600

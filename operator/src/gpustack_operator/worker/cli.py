@@ -272,6 +272,7 @@ def _serve(worker: Worker, args: argparse.Namespace) -> int:
     health = HealthServer(
         worker,
         name=HEALTH_NAME,
+        generate_in_child=True,  # cryptography would add ~11 MiB to the worker's RSS for its whole life
         bind_address=args.bind_address,
         port=args.secure_port,
         cert_dir=args.cert_dir,
