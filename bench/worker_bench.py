@@ -494,7 +494,7 @@ def run(api_kind: str, count: int, changes: int) -> None:
                 raise SystemExit("the NodeFeature watch did not list")
             env = {**os.environ, "KUBERNETES_POD_NAMESPACE": NS}
             argv = [str(BIN / "gpustack-operator"), "worker", *api.worker_flags(), "--manufacturer", "nvidia"]
-            argv += ["--disable-applications=*"]
+            argv += ["--disable-applications=*", "--secure-port=0", "--bind-address=127.0.0.1"]
             with log.open("wb") as out:
                 worker = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
             try:
