@@ -26,6 +26,8 @@ Two API servers (``--api``), as ``bench/durable_bench.py``'s:
   lifecycle controller marks them NotReady and taints them meanwhile: status and spec writes the
   worker's cache trims away.
 
+The worker runs with ``--secure-port=0 --bind-address=127.0.0.1``: its health endpoint on a free port.
+
 Left out: leader election hand-over (the process runs with election on and is the only candidate), the
 NodeFeatureRule (NFD's CRD is absent: the worker retries it in the background, as in a cluster without
 NFD), image mode's chart install (``--disable-applications=*``, chart mode), and the worker under
