@@ -20,7 +20,8 @@
 # file the build reads (Containerfile, pyproject.toml, setup.py, README.md, LICENSE, operator/src,
 # operator/proto, operator/chart) and of the helm binary, so an unchanged tree reuses the image (no
 # staging, no build: ~1 s) and a changed one is built again (~2-3 min cold on 2 cores; podman's layer
-# cache keeps the dependency layers when only the chart or the package changed).
+# cache keeps the dependency layers when only the chart or the package changed); the images of earlier
+# recipes of the same version are then removed (one in use stays), and so is the staged context.
 # It is also tagged with the name the chart uses, gpustack/gpustack-operator-py:<version>.
 #
 # Needs root (podman as root). Output: the image name on stdout (last line); progress on stderr.
@@ -98,6 +99,14 @@ else
   podman build --network host "${cert_args[@]}" \
     --build-arg PYTHON_IMAGE="$BASE" --build-arg PYTHON=/opt/python/bin/python3 \
     -f operator/Containerfile -t "$image" "$ctx" >&2
+  rm -rf "$ctx" # the context is staged again for the next recipe; no copy of the sources stays behind
+  # the images of earlier recipes (~460 MB each) are not used again: removed, except one still in use
+  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' "localhost/gpustack-operator-py"); do
+    case "$old" in
+      "$image") ;;
+      localhost/gpustack-operator-py:"$version"-*) podman rmi "$old" >/dev/null 2>&1 && log "removed $old" || true ;;
+    esac
+  done
 fi
 podman tag "$image" "gpustack/gpustack-operator-py:$version"
 if [ "$load" = 1 ]; then
