@@ -13,8 +13,12 @@ verbatim; every request below the admin's setup is made with the ServiceAccount'
   and bound without escalate/bind), no request forbidden;
 * the worker restarted: ``upgrade --install`` again, revision 2;
 * worker/install.py's own helm run with a manufacturer turned off: revision 3, its DaemonSet deleted;
+* the operator image alone (tests/tools/operator_image.sh; skipped where it cannot be built): its worker,
+  its helm and its packaged chart, as user 65532 on a read-only root, the same token mounted -- the next
+  revision, the DaemonSet back;
 * what the ServiceAccount cannot do: create a ClusterRole with more than it holds (no escalation).
 
+The container reaches the API server on loopback (``--network host``); nothing else is reachable from it.
 The API server allows privileged Pods here (KUBE_LOCAL_ALLOW_PRIVILEGED): the Device Manager's
 DaemonSets are privileged. No Pod runs (no kubelet, no scheduler); the objects are the subject.
 """
@@ -39,6 +43,7 @@ from gpustack_operator import __version__
 from gpustack_operator.worker.install import RELEASE, InstallPlan, install_values, run_helm
 
 from tests.conftest import BIN
+from tests.integration.test_operator_image import USER, podman_env, provide_image
 from tests.tools.helm import Helm, HelmUnavailableError, provide
 from tests.tools.kube_cluster import KIT, provide_binaries
 
@@ -323,3 +328,35 @@ def test_the_service_account_cannot_escalate(control_plane: ControlPlane, sa_kub
         f"--serviceaccount={NS}:{SA}",
     )
     assert binding.returncode != 0 and "forbidden" in binding.stderr.lower(), binding.stdout + binding.stderr
+
+
+def test_the_image_alone_installs_its_chart(control_plane: ControlPlane, sa_kubeconfig: Path, tmp_path: Path) -> None:
+    """``gpustack-operator worker`` in the operator image, nothing given but the ServiceAccount's
+    kubeconfig: the image's helm installs the image's chart (the next revision, every DaemonSet)."""
+    image = provide_image()
+    cp = control_plane
+    before = release_revision(cp)
+    kubeconfig = tmp_path / "kubeconfig"  # readable by the image's user (a throwaway control plane's token)
+    kubeconfig.write_text(sa_kubeconfig.read_text())
+    kubeconfig.chmod(0o644)
+    ca = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["certificate-authority"]
+    name = f"gpustack-image-mode-{os.getpid()}"
+    argv = ["podman", "run", "--rm", "--name", name, "--network", "host", "--user", USER, "--read-only"]
+    argv += ["--tmpfs", "/tmp", "-v", f"{kubeconfig}:/etc/gpustack-test/kubeconfig:ro", "-v", f"{ca}:{ca}:ro"]
+    argv += ["-e", f"KUBERNETES_POD_NAMESPACE={NS}", "-e", "KUBERNETES_POD_NAME=image-mode-image"]
+    argv += [image, "worker", "-v=2", "--kubeconfig", "/etc/gpustack-test/kubeconfig"]
+    argv += ["--bind-address", "127.0.0.1", "--secure-port", "0"]
+    log = tmp_path / "worker-image.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=podman_env())
+    run = WorkerRun(proc, log)
+    try:
+        until(
+            f"revision {before + 1} deployed", lambda: run.healthy() and release_revision(cp) > before, 180, run.output
+        )
+        assert release_revision(cp) == before + 1
+        assert daemonsets(cp) == {f"gpustack-operator-device-manager-{m}" for m in MANUFACTURERS}
+        assert f"installing /etc/gpustack/charts/gpustack-operator-{__version__}.tgz" in run.output()
+    finally:
+        subprocess.run(["podman", "stop", "-t", "10", name], env=podman_env(), capture_output=True, timeout=60)
+        proc.wait(timeout=30)

@@ -48,8 +48,9 @@ def cannot_build() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def image() -> str:
+def provide_image() -> str:
+    """The current image's name (built when its recipe is new), or a skip saying why it cannot be built
+    here; a failed build is a failure with the script's output."""
     reason = cannot_build()
     if reason:
         pytest.skip(reason)
@@ -60,6 +61,11 @@ def image() -> str:
         pytest.skip(f"helm is not available: {proc.stderr.strip()[-500:]}")
     assert proc.returncode == 0, f"tests/tools/operator_image.sh exit {proc.returncode}:\n{proc.stderr[-4000:]}"
     return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return provide_image()
 
 
 def run_in(image: str, *argv: str, entrypoint: str | None = None) -> subprocess.CompletedProcess[str]:
