@@ -52,7 +52,7 @@ options:
     elements: raw
     required: true
   node_names:
-    description: The Kubernetes node name of each host, by host; a host not named here is its own node name.
+    description: The Kubernetes node name of each host, by host; a host not named here (or named empty) is its own node name.
     type: dict
     default: {}
   kubeconfig:
@@ -191,23 +191,50 @@ def facts_of(result):
     return facts, None
 
 
-def verify_one(client, host, node, result, params):
-    from gpustack_operator.kube.clusterview import read_cluster_view
-    from gpustack_operator.verify import FactsError, compare, host_view
+def host_facts(result):
+    """The detection a registered result carries as a checked document, or why it cannot be compared."""
+    from gpustack_operator.verify import FactsError, host_view
 
     facts, why = facts_of(result)
     if why:
-        return verify_report.entry(host, node, "error", error=why)
+        return None, why
     try:
         host_view(facts)
     except FactsError as exc:
-        return verify_report.entry(host, node, "error", error="the host facts are no detection document: %s" % exc)
-    view = read_cluster_view(client, node, namespace=params["namespace"], timeout=params["timeout"])
-    differences = [d.as_dict() for d in compare(facts, view, params["resource_names"])]
+        return None, "the host facts are no detection document: %s" % exc
+    return facts, None
+
+
+def verify_one(host, node, facts, view, resource_names):
+    """The report entry of one host whose facts are a detection document, against its node's view."""
+    from gpustack_operator.verify import compare
+
+    differences = [d.as_dict() for d in compare(facts, view, resource_names)]
     unread = [d["text"] for d in differences if d["kind"] == "unread"]
     if unread:  # not fully compared: an error, its differences kept (what could be read is still compared)
         return verify_report.entry(host, node, "error", differences, error=unread[0])
     return verify_report.entry(host, node, "drift" if differences else "ok", differences)
+
+
+def verify_all(client, hosts, results, params):
+    """Every host's report entry, in the hosts' order: the cluster's view is read only for the nodes of
+    hosts whose facts can be compared, several nodes at a time (``read_cluster_views``)."""
+    from gpustack_operator.kube.clusterview import read_cluster_views
+
+    names = params["node_names"] or {}
+    rows = []
+    for host, result in zip(hosts, results):
+        facts, why = host_facts(result)
+        rows.append((host, str(names.get(host) or host), facts, why))
+    wanted = [node for _host, node, _facts, why in rows if why is None]
+    views = iter(read_cluster_views(client, wanted, namespace=params["namespace"], timeout=params["timeout"]))
+    entries = []
+    for host, node, facts, why in rows:
+        if why is not None:
+            entries.append(verify_report.entry(host, node, "error", error=why))
+        else:
+            entries.append(verify_one(host, node, facts, next(views), params["resource_names"]))
+    return entries
 
 
 def main():
@@ -246,11 +273,7 @@ def main():
         client = make_client(params["kubeconfig"], params["context"], params["api_server"])
     except ClusterConfigError as exc:
         module.fail_json(msg=str(exc))
-    names = params["node_names"] or {}
-    entries = []
-    for host, result in zip(hosts, results):
-        node = str(names.get(host) or host)
-        entries.append(verify_one(client, host, node, result, params))
+    entries = verify_all(client, hosts, results, params)
     report = verify_report.build(entries)
     out = dict(
         changed=False,

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from gpustack_operator import api
 from gpustack_operator.kube import crds
-from gpustack_operator.kube.clusterview import ClusterConfigError, make_client, read_cluster_view
+from gpustack_operator.kube.clusterview import (
+    ClusterConfigError,
+    make_client,
+    read_cluster_view,
+    read_cluster_views,
+)
 from gpustack_operator.kube.publish import Publisher
 from gpustack_operator.verify import compare
 
@@ -139,6 +145,46 @@ def test_a_pod_not_ready_and_one_named_but_unowned(server: PublishStandIn) -> No
         ("gpustack-operator-device-manager-amd-q", "", "Pending", False),
         ("gpustack-operator-device-manager-nvidia-abcde", DS, "Pending", False),
     ]
+
+
+def test_many_nodes_are_read_at_once_each_view_as_if_read_alone(server: PublishStandIn) -> None:
+    """verify reads every node of the play: several at a time (a slow API server costs its latency once
+    per batch, not once per read), each node's view exactly what reading it alone gives, in order."""
+    publish(server)
+    server.add_pod(dm_pod("gpustack-operator-device-manager-nvidia-abcde", "node-a"))
+    nodes = ["node-a", *(f"node-{i}" for i in range(7)), "node-x"]  # node-x: not in the cluster
+    for node in nodes[1:-1]:
+        server.add_node(node, capacity={"cpu": "8"})
+    server.fail(403, reason="Forbidden", count=-1, when=lambda r: r.path == "/api/v1/nodes/node-3")
+    client = make_client(server=server.url)
+    alone = [read_cluster_view(client, node, namespace=NS, timeout=5) for node in nodes]
+    server.stall(0.5, when=lambda r: r.path.startswith("/api/v1/nodes/"))
+    started = time.perf_counter()
+    views = read_cluster_views(client, nodes, namespace=NS, timeout=5)
+    took = time.perf_counter() - started
+    assert views == alone
+    assert [v.node for v in views] == nodes
+    assert set(views[4].errors) == {"Node"} and "HTTP 403" in views[4].errors["Node"]
+    assert all(not v.errors for i, v in enumerate(views) if i != 4)
+    assert views[-1].absent == ["Node", "NodeFeature", "Devices"]
+    # nine Node reads stalled 0.5 s each: 4.5 s one after another, two batches of at most eight at once
+    assert took < 3.0, took
+
+
+def test_one_node_at_a_time_when_the_client_pools_one_connection(server: PublishStandIn) -> None:
+    """Never more nodes at once than the client keeps connections (none opened only to be discarded)."""
+    client = make_client(server=server.url)
+    client.configuration.connection_pool_maxsize = 1
+    server.add_node("node-b", capacity={"cpu": "8"})
+    server.stall(0.4, when=lambda r: r.path.startswith("/api/v1/nodes/"))
+    started = time.perf_counter()
+    views = read_cluster_views(client, ["node-a", "node-b"], namespace=NS, timeout=5)
+    assert time.perf_counter() - started >= 0.8  # the two stalled Node reads one after the other
+    assert [(v.node, v.absent, v.errors) for v in views] == [
+        ("node-a", ["NodeFeature", "Devices"], {}),
+        ("node-b", ["NodeFeature", "Devices"], {}),
+    ]
+    assert read_cluster_views(client, [], namespace=NS, timeout=5) == []
 
 
 @pytest.mark.parametrize(

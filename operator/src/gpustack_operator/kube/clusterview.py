@@ -10,6 +10,10 @@ For a node name, four bounded reads (each one JSON round trip through :func:`kub
 * the Pods bound to the node (``/api/v1/pods?fieldSelector=spec.nodeName=<node>``, every namespace)
   -- only the Device Manager's, each with its DaemonSet, phase and readiness.
 
+:func:`read_cluster_views` reads many nodes, :data:`READ_WORKERS` at a time (verify reads every node of
+the play: one after another, 4 x N round trips would add up to the API server's latency times the fleet);
+each node's reads stay the same four, in the same order, and the views come back in the nodes' order.
+
 A read that fails never raises: it is named in :attr:`ClusterView.errors` (the part, then the method,
 path, endpoint and status or transport error, as :class:`~kube.rest.KubeRequestError` words it), and the
 part is left ``None`` -- "could not be read" is never mistaken for "absent". A 404 is absence: the
@@ -22,7 +26,8 @@ else the in-cluster service account, else ``KUBECONFIG`` / ``~/.kube/config``, a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -41,6 +46,7 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT_PREFIX = "device-manager-"
 MANUFACTURER_LABEL = "gpustack.ai/manufacturer"
 MAX_PODS = 500  # a node runs at most a few hundred Pods; a list past this is cut (the read stays bounded)
+READ_WORKERS = 8  # nodes read at once by read_cluster_views (never more than the client's connection pool)
 
 
 class ClusterConfigError(ValueError):
@@ -218,6 +224,28 @@ def read_cluster_view(
     return view
 
 
+def read_cluster_views(
+    client: kubernetes.client.ApiClient,
+    nodes: Sequence[str],
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    timeout: float = REQUEST_TIMEOUT,
+    workers: int = READ_WORKERS,
+) -> list[ClusterView]:
+    """:func:`read_cluster_view` of each of ``nodes``, in their order, up to ``workers`` nodes at a time
+    (bounded by the client's connection pool, so no connection is opened only to be discarded)."""
+    pool = client.configuration.connection_pool_maxsize or 1
+    width = max(1, min(workers, pool, len(nodes)))
+
+    def read(node: str) -> ClusterView:
+        return read_cluster_view(client, node, namespace=namespace, timeout=timeout)
+
+    if width == 1:
+        return [read(node) for node in nodes]
+    with ThreadPoolExecutor(max_workers=width, thread_name_prefix="clusterview") as executor:
+        return list(executor.map(read, nodes))
+
+
 def _fill(view: ClusterView, part: str, doc: Mapping[str, Any]) -> None:
     meta = _map(doc.get("metadata"))
     spec = _map(doc.get("spec"))
@@ -245,4 +273,5 @@ __all__ = [
     "DevicePod",
     "make_client",
     "read_cluster_view",
+    "read_cluster_views",
 ]
