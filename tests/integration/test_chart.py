@@ -416,6 +416,10 @@ def test_host_network_and_extras_reach_both_workloads(helm: Helm, tmp_path: Path
     assert worker["hostNetwork"] is True and worker["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert worker["containers"][0]["args"][-1] == "--kube-conn-qps=50"
     assert worker["containers"][0]["env"][-1] == {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}
+    probes = {k: worker["containers"][0][k]["httpGet"] for k in ("readinessProbe", "livenessProbe")}
+    assert probes["readinessProbe"] == {"path": "/readyz", "port": "health", "scheme": "HTTPS"}
+    assert probes["livenessProbe"] == {"path": "/livez", "port": "health", "scheme": "HTTPS"}
+    assert "--secure-port=31443" in worker["containers"][0]["args"]
     daemonsets = by_kind(docs, "DaemonSet")
     assert len(daemonsets) == 9
     for ds in daemonsets.values():

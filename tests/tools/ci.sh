@@ -3,7 +3,8 @@
 # end (and on failure, up to the phase that failed). What it runs:
 #
 #   prewarm      in the background once the venv is there: tests/tools/podman_image.sh (podman from Debian, the
-#                Debian rootfs by debootstrap, the molecule image) -- network and disk bound, so it
+#                Debian rootfs by debootstrap, the molecule image), then tests/tools/operator_image.sh (the
+#                operator image on it, for the end-to-end test) -- network and disk bound, so it
 #                overlaps the Debian packages, lint and type check instead of stalling the first
 #                container test; the tests that need it wait on its lock. Its output: tests/.build/prewarm.log
 #   setup        the venv with the development toolchain (make setup)
@@ -54,7 +55,9 @@ phase setup "$MAKE" --no-print-directory setup
 if [ "$(id -u)" -eq 0 ] && [ -z "${GPUSTACK_NO_PREWARM:-}" ]; then
     (
         t0=$(now_ms)
-        if bash tests/tools/podman_image.sh >tests/.build/prewarm.log 2>&1; then rc=ok; else
+        # then the operator image on it (tests/cluster/test_end_to_end.py loads it into the cluster)
+        if bash tests/tools/podman_image.sh >tests/.build/prewarm.log 2>&1 &&
+            bash tests/tools/operator_image.sh >>tests/.build/prewarm.log 2>&1; then rc=ok; else
             rc="failed (tests/.build/prewarm.log; the tests that need it run it again and report)"
         fi
         record prewarm "$(seconds "$t0")" "in the background: $rc"

@@ -167,6 +167,9 @@ class PodValues(_Values):
 class WorkerValues(PodValues):
     enabled: bool | None = Field(True, description="render the worker Deployment and its RBAC")
     replicas: int | None = Field(1, ge=0)
+    secure_port: int | None = Field(
+        31443, alias="securePort", ge=1, le=65535, description="/readyz and /livez over HTTPS (the probes)"
+    )
     disable_applications: list[str] | None = Field(
         default_factory=lambda: ["*"],
         alias="disableApplications",

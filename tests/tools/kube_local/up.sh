@@ -18,6 +18,8 @@
 #      KUBE_LOCAL_NODE_STATUS_PERIOD  the kubelet's --node-status-update-frequency (default 2s; upstream 10s)
 #      KUBE_LOCAL_NO_KUBELET=1  control plane only (no dockerd, no kubelet)
 #      KUBE_LOCAL_NO_SCHEDULER=1
+#      KUBE_LOCAL_ALLOW_PRIVILEGED  the API server's --allow-privileged (default true, as kubeadm sets it:
+#                       the Device Manager's DaemonSets are privileged; the kit's up.sh leaves it false)
 # Stop with: down.sh STATE_DIR. Restart only the kubelet: restart-kubelet.sh STATE_DIR.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -77,7 +79,7 @@ start apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$P_ETCD" 
   --cert-dir="$S/certs" --token-auth-file="$S/certs/tokens.csv" --authorization-mode=RBAC \
   --service-account-key-file="$S/certs/sa.pub" --service-account-signing-key-file="$S/certs/sa.key" \
   --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=198.18.0.0/24 \
-  --enable-priority-and-fairness=false
+  --enable-priority-and-fairness=false --allow-privileged="${KUBE_LOCAL_ALLOW_PRIVILEGED:-true}"
 api_ready() { [ "$(curl -sk --noproxy '*' -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$P_API/readyz")" = ok ]; }
 wait_for "${KUBE_LOCAL_API_TIMEOUT:-120}" "kube-apiserver /readyz" api_ready
 T_API=$(now)
@@ -119,10 +121,29 @@ if [ -z "${KUBE_LOCAL_NO_KUBELET:-}" ]; then
   echo '{}' >"$S/docker/daemon.json"
   { cat /etc/hosts; echo "127.0.0.1 $NODE"; } >"$S/hosts"   # node-name lookup answered locally, never by DNS
   RUNTIME_FLAGS=""
-  if ! sh -c 'echo -1 >/proc/self/oom_score_adj' 2>/dev/null; then
-    # No CAP_SYS_RESOURCE here (some VMs/sandboxes): runc cannot apply a negative oom_score_adj and
-    # fails with "can't get final child's PID from pipe: EOF"; dockershim asks -998 for every pod
-    # sandbox (and Guaranteed containers). Clamp negative values to 0 in a runc wrapper.
+  # Capabilities this machine's bounding set lacks (some VMs/sandboxes drop CAP_SYS_RESOURCE): runc
+  # cannot give a container what it does not hold itself, so a privileged container (all capabilities:
+  # the Device Manager's DaemonSet) fails "unable to apply caps: operation not permitted".
+  CAP_NAMES=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE
+    NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT
+    SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE
+    AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ
+    PERFMON BPF CHECKPOINT_RESTORE)
+  CAP_BND=$((16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status)))
+  MISSING_CAPS=""
+  for i in "${!CAP_NAMES[@]}"; do
+    (( (CAP_BND >> i) & 1 )) || MISSING_CAPS="$MISSING_CAPS CAP_${CAP_NAMES[$i]}"
+  done
+  NEG_OOM=1
+  sh -c 'echo -1 >/proc/self/oom_score_adj' 2>/dev/null || NEG_OOM=0
+  if [ "$NEG_OOM" = 0 ] || [ -n "$MISSING_CAPS" ]; then
+    # A runc wrapper that edits each container's config.json (compact JSON, as dockerd writes it) first:
+    # - without CAP_SYS_RESOURCE runc cannot apply a negative oom_score_adj and fails with "can't get
+    #   final child's PID from pipe: EOF"; dockershim asks -998 for every pod sandbox (and Guaranteed
+    #   containers): negative values are clamped to 0;
+    # - the capabilities the bounding set lacks ($MISSING_CAPS) are dropped from every list.
+    CAP_SED=""
+    for c in $MISSING_CAPS; do CAP_SED="$CAP_SED -e 's/\"$c\",//g' -e 's/,\"$c\"//g' -e 's/\"$c\"//g'"; done
     RUNC=$(command -v runc || echo /usr/sbin/runc)
     cat >"$S/runc-wrap" <<SH
 #!/bin/sh
@@ -130,7 +151,7 @@ prev=""
 for a in "\$@"; do
   case "\$prev" in --bundle|-b) f="\$a/config.json" ;; --process|-p) f="\$a" ;; *) f="" ;; esac
   case "\$a" in --bundle=*) f="\${a#--bundle=}/config.json" ;; --process=*) f="\${a#--process=}" ;; esac
-  [ -n "\$f" ] && [ -f "\$f" ] && sed -i 's/"oomScoreAdj":-[0-9]*/"oomScoreAdj":0/' "\$f"
+  [ -n "\$f" ] && [ -f "\$f" ] && sed -i -e 's/"oomScoreAdj":-[0-9]*/"oomScoreAdj":0/' $CAP_SED "\$f"
   prev="\$a"
 done
 exec "$RUNC" "\$@"
@@ -171,6 +192,9 @@ mount -t tmpfs kube-local-opt /opt                  # containerd's opt plugin cr
 mount --bind "$S/host/var/lib" /var/lib
 mkdir -p /var/lib/kubelet/device-plugins
 mount --bind "$S/kubelet/device-plugins" /var/lib/kubelet/device-plugins
+# and its pod-resources socket (ROOT_DIR/pod-resources) where a Pod's hostPath finds it on a real node
+mkdir -p "$S/kubelet/pod-resources" /var/lib/kubelet/pod-resources
+mount --bind "$S/kubelet/pod-resources" /var/lib/kubelet/pod-resources
 mount --bind "$S/hosts" /etc/hosts
 mount --bind "$S/varlog" /var/log                  # kubelet's /var/log/pods, /var/log/containers
 setsid bash "$S/dockerd.sh" </dev/null >>"$S/log/dockerd.log" 2>&1 &
