@@ -1,6 +1,7 @@
 """Every ``GPUSTACK_*`` deploy-time variable the Device Manager reads, in one place (supplement §4).
 
-Read once per process through :func:`get_settings`; tests build :class:`Settings` directly. A value
+Read once per process through :func:`get_settings`; tests build :class:`Settings` directly. The
+worker's one setting, ``GPUSTACK_NODE_MANAGEMENT_MANUAL``, is read by :func:`node_management_manual`. A value
 that cannot be parsed is a :class:`SettingsError` naming the variable and what it accepts.
 
 The environment is read by :func:`environment` (exact, upper-case ``GPUSTACK_<FIELD>`` names, as the
@@ -88,6 +89,30 @@ def environment(prefix: str, fields: Mapping[str, object], env: Mapping[str, str
         if value is not None:
             found[name] = value
     return found
+
+
+_TRUE = frozenset({"true", "t", "1"})  # Go's strconv.ParseBool, any case
+_FALSE = frozenset({"false", "f", "0"})
+
+
+def parse_flag(raw: str | None, variable: str, *, default: bool) -> bool:
+    """A true/false setting: ``true``/``false`` (also ``t``/``f``, ``1``/``0``; any case, trimmed);
+    unset or empty → ``default``. Anything else is a :class:`SettingsError` rather than a guess."""
+    text = (raw or "").strip().lower()
+    if not text:
+        return default
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError(f"{variable}: {raw!r} is not a boolean; use true or false (unset: {str(default).lower()})")
+
+
+def node_management_manual(env: Mapping[str, str] | None = None) -> bool:
+    """``GPUSTACK_NODE_MANAGEMENT_MANUAL`` (supplement §4.2, default ``false``), the worker's setting:
+    off, the worker marks every Node ``gpustack.ai/managed=true`` unless the Node carries the mark."""
+    found = environment("GPUSTACK_", {"node_management_manual": None}, env)
+    return parse_flag(found.get("node_management_manual"), "GPUSTACK_NODE_MANAGEMENT_MANUAL", default=False)
 
 
 def _switch(raw: str | None) -> bool:

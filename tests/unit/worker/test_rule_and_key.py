@@ -102,13 +102,17 @@ def test_worker_labels() -> None:
     labels = {f"{NFD}cpu-model.vendor_id": "AMD", f"{NFD}cpu-model.family": "25", f"{NFD}cpu-model.id": "1"}
     node = _node(labels, {"feature.gpustack.ai/cpu-name": "AMD EPYC 7763 64-Core Processor"}, cpu="128")
     assert worker_labels(node) == {
+        "gpustack.ai/managed": "true",
         f"{GENERAL_PREFIX}amd": "true",
         f"{GENERAL_PREFIX}amd-epyc-7763": "true",
         f"{GENERAL_PREFIX}amd-epyc-7763.count": "128",
     }
-    assert worker_labels(_node({}, cpu="7500m")) == {
+    assert worker_labels(_node({}, cpu="7500m"), manual=True) == {
         f"{GENERAL_PREFIX}generic": "true",
         f"{GENERAL_PREFIX}generic.count": "7",
     }
-    assert worker_labels(_node({}, cpu="lots")) == {f"{GENERAL_PREFIX}generic": "true"}
-    assert worker_labels({"metadata": {"labels": "not a map"}}) == {f"{GENERAL_PREFIX}generic": "true"}
+    assert worker_labels(_node({}, cpu="lots"), manual=True) == {f"{GENERAL_PREFIX}generic": "true"}
+    assert worker_labels({"metadata": {"labels": "not a map"}}) == {
+        "gpustack.ai/managed": "true",
+        f"{GENERAL_PREFIX}generic": "true",
+    }

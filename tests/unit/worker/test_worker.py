@@ -134,6 +134,7 @@ def test_node_key_published_and_updated_on_label_change(api: WorkerStandIn, run:
     run()
     nf = wait_for(lambda: node_feature(api, "n1"))
     assert nf["spec"]["labels"] == {
+        "gpustack.ai/managed": "true",  # auto-injected: manual node management is off by default
         f"{GENERAL_PREFIX}amd": "true",
         f"{GENERAL_PREFIX}amd-25-1": "true",
         f"{GENERAL_PREFIX}amd-25-1.count": "128",
@@ -212,7 +213,7 @@ def test_an_unreported_cpu_name_falls_back_and_no_identity_is_generic(
     )
     run()
     bare = wait_for(lambda: node_feature(api, "bare"))
-    assert bare["spec"]["labels"] == {f"{GENERAL_PREFIX}generic": "true"}
+    assert bare["spec"]["labels"] == {"gpustack.ai/managed": "true", f"{GENERAL_PREFIX}generic": "true"}
     tmpl = wait_for(lambda: node_feature(api, "tmpl"))
     assert f"{GENERAL_PREFIX}amd-25-1" in tmpl["spec"]["labels"]
 

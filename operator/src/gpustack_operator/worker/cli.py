@@ -31,8 +31,9 @@ APPLICATIONS = ("kueue", "node-feature-discovery", "csi-driver-nfs", "csi-driver
 DESCRIPTION = (
     "Run the cluster-side worker: at startup (every replica) apply the Devices CRD and the gpustack-cpu-info "
     "NodeFeatureRule (retried while NFD's CRD is absent); then, while holding the Lease, keep each Node's "
-    "NodeFeature <node>-gpustack-worker carrying its general node key, copy the gpustack.ai/managed mark from "
-    "each Node onto its Devices, and delete a departed node's Devices. Without * in --disable-applications "
+    "NodeFeature <node>-gpustack-worker carrying its general node key and its gpustack.ai/managed mark (the "
+    "Node's own, else true unless GPUSTACK_NODE_MANAGEMENT_MANUAL is true), copy that mark from each Node onto "
+    "its Devices, and delete a departed node's Devices. Without * in --disable-applications "
     "(image mode) the leader also installs the packaged chart through helm. SIGTERM stops it and releases the "
     "Lease. /readyz and /livez are served over HTTPS on --bind-address:--secure-port."
 )
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from gpustack_operator.kube.pods import KubeConfigError  # noqa: PLC0415 -- the client
     from gpustack_operator.kube.publish import system_namespace  # noqa: PLC0415
     from gpustack_operator.manufacturers import UnknownManufacturerError, parse_manufacturers  # noqa: PLC0415
-    from gpustack_operator.settings import SettingsError  # noqa: PLC0415
+    from gpustack_operator.settings import SettingsError, node_management_manual  # noqa: PLC0415
     from gpustack_operator.worker.client import make_worker_client  # noqa: PLC0415
     from gpustack_operator.worker.install import plan_install  # noqa: PLC0415
     from gpustack_operator.worker.memory import pin_mmap_threshold  # noqa: PLC0415
@@ -216,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         vendors = managed_vendors(parse_manufacturers(args.manufacturer))
+        manual = node_management_manual()  # read once, here
     except (UnknownManufacturerError, SettingsError) as exc:
         print(f"gpustack-operator: error: {exc}", file=sys.stderr)
         return 2
@@ -243,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         lease_duration=args.kube_leader_lease,
         renew_deadline=args.kube_leader_renew_timeout,
         resync_period=args.informer_cache_resync_period,
+        node_management_manual=manual,
         install=plan_install(
             args.disable_applications,
             os.environ,
@@ -252,6 +255,12 @@ def run(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             api_server=args.kube_api_server,
         ),
+    )
+    log.info(
+        "node management: %s",
+        "manual (GPUSTACK_NODE_MANAGEMENT_MANUAL): a Node is marked gpustack.ai/managed only by its own label"
+        if manual
+        else "automatic: a Node without gpustack.ai/managed is marked true",
     )
     worker = Worker(client, options)
     _log_unserved(args)

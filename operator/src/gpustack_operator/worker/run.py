@@ -108,6 +108,7 @@ class WorkerOptions:
     watch_timeout: int = 300
     backoff_max: float = 30.0
     install: InstallPlan | None = None  # image mode's chart install (worker/install.py), run once leading
+    node_management_manual: bool = False  # GPUSTACK_NODE_MANAGEMENT_MANUAL: no auto managed mark (nodekey.py)
 
 
 class Worker:
@@ -118,7 +119,7 @@ class Worker:
         self.nodes = ObjectWatch(client, NODES, keep=node_view, **watching)
         self.devices = ObjectWatch(client, DEVICES_COLLECTION, keep=devices_view, **watching)
         self.controllers: list[Controller] = [
-            NodeKeyController(client, options.namespace),
+            NodeKeyController(client, options.namespace, manual=options.node_management_manual),
             ManagedMarkController(client),
             DevicesGcController(client),
         ]
