@@ -4,7 +4,8 @@ One file per part:
 
 * ``startup.py`` -- the startup steps every replica runs before the election: the CRDs, the rule;
 * ``rule.py`` -- the ``gpustack-cpu-info`` NodeFeatureRule (pure);
-* ``nodekey.py`` -- controller (a): the general node key on the NodeFeature ``<node>-gpustack-worker``;
+* ``nodekey.py`` -- controller (a): the general node key and the managed mark on the NodeFeature
+  ``<node>-gpustack-worker``;
 * ``managed.py`` -- controller (b): the ``gpustack.ai/managed`` mark from a Node onto its ``Devices``;
 * ``devicesgc.py`` -- controller (c): a departed node's ``Devices`` deleted on an uncached read;
 * ``leader.py`` -- (d) leader election through a Lease;
