@@ -18,7 +18,10 @@ What it covers, in order (one module: each step starts from the state the previo
 5. A second run with the same variables: no change, the release still at revision 1.
 6. ``--check`` with a different value (the image tag): reported as a change, and nothing changed
    (revision 1, the Deployment's image as before).
-7. ``playbooks/deploy.yml`` over the cluster's node (its root a fixture without accelerators, the
+7. ``--check --diff`` with that value, no helm-diff plugin: the manifest_diff task shows the worker
+   Deployment's image line changing and no other object; nothing changed. With the deployed values the
+   diff finds no object changing.
+8. ``playbooks/deploy.yml`` over the cluster's node (its root a fixture without accelerators, the
    preflight dry): preflight, the deploy (unchanged), verify (the node agrees: nothing on the host,
    nothing published).
 
@@ -93,7 +96,14 @@ def ansible_env(work: Path, collections: Path) -> dict[str, str]:
 
 
 def run_role(
-    cluster: KubeCluster, helm: Path, collections: Path, work: Path, *, check: bool = False, **variables: Any
+    cluster: KubeCluster,
+    helm: Path,
+    collections: Path,
+    work: Path,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    **variables: Any,
 ) -> subprocess.CompletedProcess[str]:
     """ansible-playbook over a play on localhost running the role with the test's variables."""
     play = work / "deploy.yml"
@@ -114,9 +124,8 @@ def run_role(
     (work / "vars.json").write_text(json.dumps(extra))
     env = ansible_env(work, collections)
     argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(play), "-e", f"@{work / 'vars.json'}"]
-    return subprocess.run(
-        [*argv, *(["--check"] if check else [])], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
+    flags = [*(["--check"] if check else []), *(["--diff"] if diff else [])]
+    return subprocess.run([*argv, *flags], capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
 def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -280,6 +289,48 @@ def test_check_mode_with_a_change_changes_nothing(
     release = the_release(helm, kube_cluster, work)
     assert release is not None and release["revision"] == "1", release
     assert image_of_the_worker(client) == "localhost/pause:1"
+
+
+def test_check_and_diff_show_the_image_change_and_change_nothing(
+    kube_cluster: KubeCluster, client: kubernetes.client.ApiClient, helm: Path, collections: Path, work: Path
+) -> None:
+    """``--check --diff`` without the helm-diff plugin (helm's plugin directory is the test's own, empty):
+    manifest_diff shows the worker Deployment's image line changing and no other object; nothing changes."""
+    assert not any((work / "helm-data").glob("plugins/*")), "a helm plugin is installed: this test is about none"
+    changed = DEPLOYABLE | {"deploy_image": {"repository": "localhost/pause", "tag": "2", "pullPolicy": "Never"}}
+    proc = run_role(kube_cluster, helm, collections, work, check=True, diff=True, **changed)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    # the release task (would change) and the diff task (the manifests differ) -- the render is not a change
+    assert recap(proc)["changed"] == 2, proc.stdout[-4000:]
+    assert "would be installed or upgraded" in proc.stdout
+    assert "--- before: release gpustack-operator in gpustack-system: revision 1 (deployed)" in proc.stdout, out[-5000:]
+    assert "+++ after: release gpustack-operator in gpustack-system: rendered from gpustack-operator" in proc.stdout
+    changed_lines = re.findall(r"^[-+] .*$", proc.stdout, re.MULTILINE)
+    assert changed_lines == ["-        image: localhost/pause:1", "+        image: localhost/pause:2"], out[-5000:]
+    assert (
+        "release gpustack-operator in gpustack-system: 1 changed (Deployment gpustack-system/gpustack-operator-worker)"
+        in proc.stdout
+    ), proc.stdout[-4000:]
+    release = the_release(helm, kube_cluster, work)
+    assert release is not None and release["revision"] == "1", release
+    assert image_of_the_worker(client) == "localhost/pause:1"
+
+
+def test_diff_of_the_same_values_shows_nothing(
+    kube_cluster: KubeCluster, client: kubernetes.client.ApiClient, helm: Path, collections: Path, work: Path
+) -> None:
+    """``--check --diff`` with the deployed values: every object of the render equals the release's (the
+    RuntimeClasses included: none existed before the release, so its own render kept them), no change."""
+    proc = run_role(kube_cluster, helm, collections, work, check=True, diff=True, **DEPLOYABLE)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert recap(proc)["changed"] == 0, proc.stdout[-4000:]
+    assert re.search(
+        r"release gpustack-operator in gpustack-system: no object would change \(\d+ unchanged\)", proc.stdout
+    )
+    assert "--- before:" not in proc.stdout
+    release = the_release(helm, kube_cluster, work)
+    assert release is not None and release["revision"] == "1", release
 
 
 def test_the_deploy_playbook_preflights_deploys_and_verifies(
