@@ -310,6 +310,7 @@ def _all_null(node: Any) -> Any:
         ("global.manufacturers.acme.enabled=true", "invalid propertyName 'acme'"),
         ("image.pullPolicy=Sometimes", "image/pullPolicy"),
         ("deviceManager.env.FOO=1", "'FOO' does not match pattern"),
+        ("worker.env.FOO=1", "'FOO' does not match pattern"),
         ("deviceManager.monitorPeriod=soon", "deviceManager/monitorPeriod"),
         ("global.manufacturers.nvidia.pciVendorID=nvidia", "global/manufacturers/nvidia/pciVendorID"),
         ("worker.replicaCount=2", "replicaCount"),
@@ -382,6 +383,8 @@ def test_env_switches_reach_every_device_manager(helm: Helm) -> None:
         "deviceManager.env.GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE=false",
         "--set",
         "ledgerReleaseTerminatedPods=false",
+        "--set-string",
+        "worker.env.GPUSTACK_NODE_MANAGEMENT_MANUAL=true",
     )
     for ds in by_kind(docs, "DaemonSet").values():
         env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -390,6 +393,7 @@ def test_env_switches_reach_every_device_manager(helm: Helm) -> None:
     worker = by_kind(docs, "Deployment")["gpustack-operator-worker"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
     assert env["GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS"] == "false"
+    assert env["GPUSTACK_NODE_MANAGEMENT_MANUAL"] == "true"
     assert worker["securityContext"]["runAsNonRoot"] is True
 
 

@@ -164,6 +164,9 @@ class PodValues(_Values):
     )
 
 
+EnvName = str
+
+
 class WorkerValues(PodValues):
     enabled: bool | None = Field(True, description="render the worker Deployment and its RBAC")
     replicas: int | None = Field(1, ge=0)
@@ -175,15 +178,18 @@ class WorkerValues(PodValues):
         alias="disableApplications",
         description="--disable-applications; chart mode: * (supplement §8)",
     )
+    env: dict[EnvName, Scalar] | None = Field(
+        default_factory=dict,
+        description="GPUSTACK_* deploy-time variables of the worker (supplement §4.3), e.g. "
+        "GPUSTACK_NODE_MANAGEMENT_MANUAL",
+        json_schema_extra={"propertyNames": {"pattern": "^GPUSTACK_[A-Z0-9_]+$"}},
+    )
 
 
 class PreloadValues(_Values):
     enabled: bool | None = Field(True, description="the init container staging the preload libraries")
     source: str | None = Field("/opt/gpustack/lib", description="the tree in the image")
     host_dir: str | None = Field("/var/lib/gpustack/operator/lib", alias="hostDir")
-
-
-EnvName = str
 
 
 class DeviceManagerValues(PodValues):
