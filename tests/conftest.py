@@ -110,8 +110,8 @@ def make_enterable(root: Path) -> Path:
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[KubeCluster]:
     """The one-node cluster (tests/tools/kube_cluster.py), started once per session for whatever needs it
-    -- tests/cluster/ and the molecule scenarios of tests/integration/test_molecule.py. Only one can run
-    on a machine (the kubelet's ports are fixed), so every user shares this one. Skips only where the
+    -- tests/cluster/ and the molecule scenarios of tests/integration/test_molecule.py; every user shares
+    this one (one start; the ports are chosen free at start, so other clusters may run beside it). Skips only where the
     machine cannot run it (``cannot_run``); a cluster that does not come up is an error with its logs."""
     from tests.tools.kube_cluster import KubeCluster, cannot_run
 

@@ -37,10 +37,15 @@ ID=$(basename "$S" | tr -c 'a-zA-Z0-9\n' '-')
 now() { date +%s.%N; }
 T0=$(now)
 
-# ---- ports: 7 consecutive free ones on 127.0.0.1
-port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+# ---- ports: 7 consecutive free ones on 127.0.0.1, below the kernel's ephemeral range (an outgoing
+#      connection's local port is never one of them: a port free when checked but taken by a client's
+#      connection before the component binds it left a cluster without its scheduler)
+port_free() { ! ss -Htan "sport = :$1" 2>/dev/null | grep -q .; }
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+BLOCKS=$(( (EPHEMERAL_LOW - 10000) / 100 - 1 ))
+[ "$BLOCKS" -ge 10 ] || BLOCKS=10
 for _ in $(seq 1 100); do
-  B=$(( 20000 + (RANDOM % 400) * 100 )); ok=1
+  B=$(( 10000 + (RANDOM % BLOCKS) * 100 )); ok=1
   for o in 0 1 2 3 4 5 6; do port_free $((B + o)) || { ok=0; break; }; done
   [ $ok = 1 ] && break
 done
@@ -236,5 +241,11 @@ SH
 else
   printf 'up.sh: apiserver ready %.1fs (no kubelet)\n' "$(echo "$T_API - $T0" | bc)" >&2
 fi
+# the controller-manager and the scheduler serving (checked last: they started long ago). A port taken
+# meanwhile ends one of them at once: an error naming its log, not a cluster that silently never
+# schedules or collects garbage.
+healthz() { curl -sk --noproxy '*' "https://127.0.0.1:$1/healthz" | grep -qx ok; }
+wait_for 60 "kube-controller-manager /healthz (log/kcm.log)" healthz "$P_KCM"
+[ -n "${KUBE_LOCAL_NO_SCHEDULER:-}" ] || wait_for 60 "kube-scheduler /healthz (log/scheduler.log)" healthz "$P_SCHED"
 echo "up.sh: state $S; env in $S/env; stop with down.sh $S" >&2
 echo "$S/kubeconfig"
