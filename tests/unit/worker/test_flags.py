@@ -24,11 +24,11 @@ import kubernetes.client
 import pytest
 from gpustack_operator.cli import build_parser, main
 from gpustack_operator.health import CERT_FILE, HealthServer, HealthUsageError, generate_in_child
+from gpustack_operator.kube.bounded import REQUEST_TIMEOUT_CAP, bounded, make_worker_client, request_timeout
 from gpustack_operator.kube.pods import KubeConfigError
 from gpustack_operator.kube.rest import KubeRequestError, request
 from gpustack_operator.settings import PciVendorMatch
 from gpustack_operator.worker import apiflags
-from gpustack_operator.worker.client import REQUEST_TIMEOUT_CAP, bounded, make_worker_client, request_timeout
 from gpustack_operator.worker.run import Worker, WorkerOptions
 
 from tests.unit.worker.standin import WorkerStandIn
@@ -146,7 +146,7 @@ def test_qps_burst_and_timeout_reach_the_client(monkeypatch: pytest.MonkeyPatch)
         seen.update(kw, server=server)
         raise KubeConfigError("stopped by the test")
 
-    monkeypatch.setattr("gpustack_operator.worker.client.make_api_client", fake)
+    monkeypatch.setattr("gpustack_operator.kube.bounded.make_api_client", fake)
     argv = ["worker", "--kube-api-server", "http://127.0.0.1:1", "--kube-conn-qps=7", "--kube-conn-burst=9"]
     assert main(argv) == 2
     assert seen == {"qps": 7.0, "burst": 9, "server": "http://127.0.0.1:1"}

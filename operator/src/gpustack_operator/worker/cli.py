@@ -4,7 +4,7 @@ Without ``*`` in ``--disable-applications`` the worker is in image mode (supplem
 packaged chart through ``helm`` (``--helm-binary``, ``--chart``; worker/install.py). ``/readyz`` and
 ``/livez`` are served over HTTPS on ``--bind-address:--secure-port`` (``health.py``, the Device Manager's
 server; what they mean: ``worker/run.py``). The API client honours ``--kube-conn-qps``/``-burst``/``-timeout``
-(``worker/client.py``). The flags of the reference's worker API, which is not served here, are accepted,
+(``kube/bounded.py``). The flags of the reference's worker API, which is not served here, are accepted,
 validated and have no effect (``worker/apiflags.py``).
 """
 
@@ -199,11 +199,11 @@ def _cert_dir(value: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """The worker until SIGTERM/SIGINT; 0 on a clean stop, 1 when it could not start, 2 on bad input."""
+    from gpustack_operator.kube.bounded import make_worker_client  # noqa: PLC0415
     from gpustack_operator.kube.pods import KubeConfigError  # noqa: PLC0415 -- the client
     from gpustack_operator.kube.publish import system_namespace  # noqa: PLC0415
     from gpustack_operator.manufacturers import UnknownManufacturerError, parse_manufacturers  # noqa: PLC0415
     from gpustack_operator.settings import SettingsError, node_management_manual  # noqa: PLC0415
-    from gpustack_operator.worker.client import make_worker_client  # noqa: PLC0415
     from gpustack_operator.worker.install import plan_install  # noqa: PLC0415
     from gpustack_operator.worker.memory import pin_mmap_threshold  # noqa: PLC0415
     from gpustack_operator.worker.rule import managed_vendors  # noqa: PLC0415

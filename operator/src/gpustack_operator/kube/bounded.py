@@ -1,4 +1,5 @@
-"""The worker's API client: ``--kube-conn-qps`` / ``--kube-conn-burst`` / ``--kube-conn-timeout`` (supplement §3.3).
+"""The worker's API client: ``--kube-conn-qps`` / ``--kube-conn-burst`` / ``--kube-conn-timeout`` (supplement §3.3),
+in ``kube/`` with the rest of the API-server plumbing.
 
 :func:`make_worker_client` builds the client exactly as ``device-manager serve`` does
 (``kube/pods.py`` :func:`~gpustack_operator.kube.pods.make_api_client`): every request first takes a token
