@@ -422,46 +422,66 @@ def _add_manager_flags(serve: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="how often the node is detected again (a Go duration such as 15s or 1m, or seconds; default 15s)",
     )
-    serve.add_argument(
+    add_serving_flags(
+        serve,
+        who="the Device Manager",
+        default_port=32443,
+        own_requests="the detection loop's own requests use",
+    )
+
+
+def add_serving_flags(
+    p: argparse.ArgumentParser,
+    *,
+    who: str,
+    default_port: int,
+    own_requests: str,
+    cert_dir_type: Callable[[str], str] = str,
+) -> None:
+    """The health endpoint's flags (``--secure-port``, ``--bind-address``, ``--cert-dir``) and the API
+    client's (``--kube-conn-qps``/``-burst``/``-timeout``), supplement §3.3/§3.5: one definition for
+    ``device-manager serve`` and ``worker``."""
+    p.add_argument(
         "--secure-port",
         type=_port_arg,
-        default=32443,
+        default=default_port,
         metavar="PORT",
-        help="the HTTPS port of /readyz and /livez (default 32443; 0: any free port, logged)",
+        help=f"the HTTPS port of /readyz and /livez (default {default_port}; 0: any free port, logged)",
     )
-    serve.add_argument(
+    p.add_argument(
         "--bind-address",
         type=_bind_address_arg,
         default="0.0.0.0",
         metavar="IP",
         help="the address /readyz and /livez are served on (default 0.0.0.0)",
     )
-    serve.add_argument(
+    p.add_argument(
         "--cert-dir",
+        type=cert_dir_type,
         metavar="DIR",
         help="the directory holding tls.crt and tls.key for /readyz and /livez (neither there: a self-signed pair "
         "is generated into it; not given: into a private temporary directory)",
     )
-    serve.add_argument(
+    p.add_argument(
         "--kube-conn-qps",
         type=_positive_arg("--kube-conn-qps", float),
         default=200.0,
         metavar="QPS",
-        help="API-server requests per second the Device Manager allows itself (default 200)",
+        help=f"API-server requests per second {who} allows itself (default 200)",
     )
-    serve.add_argument(
+    p.add_argument(
         "--kube-conn-burst",
         type=_positive_arg("--kube-conn-burst", int),
         default=400,
         metavar="N",
         help="API-server requests allowed in a burst (default 400)",
     )
-    serve.add_argument(
+    p.add_argument(
         "--kube-conn-timeout",
         type=_duration_arg("--kube-conn-timeout"),
         default=300.0,
         metavar="DURATION",
-        help="the API-server request timeout (default 5m; the detection loop's own requests use at most 10s)",
+        help=f"the API-server request timeout (default 5m; {own_requests} at most 10s)",
     )
 
 

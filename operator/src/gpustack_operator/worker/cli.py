@@ -139,55 +139,15 @@ def add_parser(top: Any, add_logging: Callable[[argparse.ArgumentParser], None])
 
 
 def _add_serving_flags(p: argparse.ArgumentParser) -> None:
-    """The health endpoint's and the API client's flags, with ``device-manager serve``'s parsers."""
-    from gpustack_operator.cli import (  # noqa: PLC0415 -- loaded: it is building this parser
-        _bind_address_arg,
-        _duration_arg,
-        _port_arg,
-        _positive_arg,
-    )
+    """The health endpoint's and the API client's flags: ``device-manager serve``'s definition."""
+    from gpustack_operator.cli import add_serving_flags  # noqa: PLC0415 -- loaded: it is building this parser
 
-    p.add_argument(
-        "--secure-port",
-        type=_port_arg,
-        default=31443,
-        metavar="PORT",
-        help="the HTTPS port of /readyz and /livez (default 31443; 0: any free port, logged)",
-    )
-    p.add_argument(
-        "--bind-address",
-        type=_bind_address_arg,
-        default="0.0.0.0",
-        metavar="IP",
-        help="the address /readyz and /livez are served on (default 0.0.0.0)",
-    )
-    p.add_argument(
-        "--cert-dir",
-        type=_cert_dir,
-        metavar="DIR",
-        help="the directory holding tls.crt and tls.key for /readyz and /livez (neither there: a self-signed pair "
-        "is generated into it; not given: into a private temporary directory)",
-    )
-    p.add_argument(
-        "--kube-conn-qps",
-        type=_positive_arg("--kube-conn-qps", float),
-        default=200.0,
-        metavar="QPS",
-        help="API-server requests per second the worker allows itself (default 200)",
-    )
-    p.add_argument(
-        "--kube-conn-burst",
-        type=_positive_arg("--kube-conn-burst", int),
-        default=400,
-        metavar="N",
-        help="API-server requests allowed in a burst (default 400)",
-    )
-    p.add_argument(
-        "--kube-conn-timeout",
-        type=_duration_arg("--kube-conn-timeout"),
-        default=300.0,
-        metavar="DURATION",
-        help="the API-server request timeout (default 5m; each request of the worker uses at most 10s)",
+    add_serving_flags(
+        p,
+        who="the worker",
+        default_port=31443,
+        own_requests="each request of the worker uses",
+        cert_dir_type=_cert_dir,
     )
 
 
